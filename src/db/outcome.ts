@@ -1,0 +1,128 @@
+import type { AttemptError, JobState } from "../job.ts";
+import type { JsonValue } from "../json.ts";
+import type { Db, Lease } from "./db.ts";
+
+// Every statement here is one fenced write (spec: Complete, Fail, Snooze,
+// Cancel). The guard is the same everywhere:
+//
+//   j.id = t.id and j.lease_version = t.version
+//   and j.lease_owner = $owner and j.state = 'running'
+//
+// A row that fails the guard is not changed and not returned; callers compare
+// what came back with what they sent and report the rest as stale.
+
+export interface Completion extends Lease {
+  result?: JsonValue;
+}
+
+/** Marks leased jobs completed in one statement: the completer's batch and the guarded transaction's first statement. */
+export async function completeJobs(
+  db: Db,
+  owner: string,
+  items: Completion[],
+): Promise<Set<string>> {
+  if (items.length === 0) return new Set();
+  const rows = await db`
+    update conveyor_jobs j
+       set state = 'completed', result = t.result, finalized_at = now(), lease_expires_at = null
+      from jsonb_to_recordset(${JSON.stringify(items)}::text::jsonb) as t(id bigint, version bigint, result jsonb)
+     where j.id = t.id and j.lease_version = t.version
+       and j.lease_owner = ${owner} and j.state = 'running'
+    returning j.id`;
+  return new Set(rows.map((r) => String(r.id)));
+}
+
+export interface Failure extends Lease {
+  error: AttemptError;
+  /** Delay before the retry, computed by the caller's backoff policy. */
+  retryDelayMs: number;
+  /** Skip remaining attempts (the handler said the error is permanent). */
+  discard?: boolean;
+}
+
+/**
+ * Records a failed attempt: back to 'available' at now() + delay while
+ * attempts remain, else 'discarded'. Returns the new state per job id.
+ */
+export async function failJobs(
+  db: Db,
+  owner: string,
+  items: Failure[],
+): Promise<Map<string, JobState>> {
+  if (items.length === 0) return new Map();
+  const rows = await db`
+    update conveyor_jobs j
+       set state = case when t.discard or j.attempts >= j.max_attempts
+                        then 'discarded' else 'available' end::conveyor_job_state,
+           run_at = case when t.discard or j.attempts >= j.max_attempts then j.run_at
+                         else now() + t.delay_ms * interval '1 millisecond' end,
+           finalized_at = case when t.discard or j.attempts >= j.max_attempts then now() end,
+           errors = j.errors || jsonb_build_array(t.error),
+           lease_expires_at = null
+      from jsonb_to_recordset(${JSON.stringify(
+        items.map((f) => ({
+          id: f.id,
+          version: f.version,
+          error: f.error,
+          delay_ms: f.retryDelayMs,
+          discard: f.discard === true,
+        })),
+      )}::text::jsonb) as t(id bigint, version bigint, error jsonb, delay_ms float8, discard boolean)
+     where j.id = t.id and j.lease_version = t.version
+       and j.lease_owner = ${owner} and j.state = 'running'
+    returning j.id, j.state`;
+  return new Map(rows.map((r) => [String(r.id), r.state as JobState]));
+}
+
+export interface Snooze extends Lease {
+  delayMs: number;
+}
+
+/**
+ * Puts jobs back to run after a delay without spending an attempt: like River
+ * and Oban, max_attempts grows by one so `attempts` still counts real runs.
+ */
+export async function snoozeJobs(db: Db, owner: string, items: Snooze[]): Promise<Set<string>> {
+  if (items.length === 0) return new Set();
+  const rows = await db`
+    update conveyor_jobs j
+       set state = 'available', run_at = now() + t.delay_ms * interval '1 millisecond',
+           max_attempts = j.max_attempts + 1, lease_expires_at = null
+      from jsonb_to_recordset(${JSON.stringify(
+        items.map((s) => ({ id: s.id, version: s.version, delay_ms: s.delayMs })),
+      )}::text::jsonb) as t(id bigint, version bigint, delay_ms float8)
+     where j.id = t.id and j.lease_version = t.version
+       and j.lease_owner = ${owner} and j.state = 'running'
+    returning j.id`;
+  return new Set(rows.map((r) => String(r.id)));
+}
+
+export interface Cancellation extends Lease {
+  error: AttemptError;
+}
+
+/** A handler cancelled its own job: finalized as 'cancelled' with the reason recorded. */
+export async function cancelLeasedJobs(
+  db: Db,
+  owner: string,
+  items: Cancellation[],
+): Promise<Set<string>> {
+  if (items.length === 0) return new Set();
+  const rows = await db`
+    update conveyor_jobs j
+       set state = 'cancelled', finalized_at = now(), lease_expires_at = null,
+           errors = j.errors || jsonb_build_array(t.error)
+      from jsonb_to_recordset(${JSON.stringify(items)}::text::jsonb) as t(id bigint, version bigint, error jsonb)
+     where j.id = t.id and j.lease_version = t.version
+       and j.lease_owner = ${owner} and j.state = 'running'
+    returning j.id`;
+  return new Set(rows.map((r) => String(r.id)));
+}
+
+/**
+ * Stores a result inside the guarded transaction, after completeJobs has
+ * locked and fenced the row; needs no guard of its own for that reason.
+ */
+export async function setResultLocked(db: Db, id: string, result: JsonValue): Promise<void> {
+  await db`update conveyor_jobs set result = ${JSON.stringify(result)}::text::jsonb where id = ${id}`;
+}

@@ -1,0 +1,69 @@
+import type { Db } from "./db/db.ts";
+import type { Job } from "./job.ts";
+import type { JsonValue } from "./json.ts";
+import type { Logger } from "./logger.ts";
+import type { BackoffPolicy } from "./retry.ts";
+
+/** What a handler receives besides its payload. */
+export interface JobContext {
+  readonly job: Job;
+  /**
+   * The lease version: increases on every dequeue of this job. Pass it to
+   * storage that can reject writes carrying a token older than one it has seen.
+   */
+  readonly fencingToken: number;
+  /** Stable across attempts (the job's idempotency key, or `job:<id>`): for APIs such as payment providers. */
+  readonly idempotencyKey: string;
+  /** Aborts when the lease is lost (reason: StaleLeaseError), on timeout, or on shutdown. */
+  readonly signal: AbortSignal;
+  readonly logger: Logger;
+  /**
+   * Runs `fn` in one transaction with this job's completion. The transaction's
+   * first statement is the fenced UPDATE that completes the job; if this
+   * worker no longer holds the lease it matches 0 rows and the transaction
+   * rolls back before `fn` runs, so the effect commits at most once.
+   * `fn`'s return value becomes the job's result. Call it at most once;
+   * after it commits the job is completed whatever the handler does next.
+   */
+  transaction<T extends JsonValue | undefined>(fn: (tx: Db) => Promise<T>): Promise<T>;
+}
+
+export type Handler<P = JsonValue> = (
+  payload: P,
+  ctx: JobContext,
+) => Promise<HandlerOutcome | JsonValue | undefined> | HandlerOutcome | JsonValue | undefined;
+
+const OUTCOME = Symbol.for("conveyor.outcome");
+
+export type HandlerOutcome =
+  | { readonly [OUTCOME]: "cancel"; readonly reason: string }
+  | { readonly [OUTCOME]: "snooze"; readonly delayMs: number };
+
+/** Return from a handler to finish the job as cancelled (no retry). */
+export function cancel(reason: string): HandlerOutcome {
+  return { [OUTCOME]: "cancel", reason };
+}
+
+/** Return from a handler to run the job again after `delayMs`, without spending an attempt. */
+export function snooze(delayMs: number): HandlerOutcome {
+  if (!Number.isFinite(delayMs) || delayMs < 0)
+    throw new RangeError("snooze delay must be >= 0 ms");
+  return { [OUTCOME]: "snooze", delayMs };
+}
+
+export function outcomeOf(value: unknown): HandlerOutcome | undefined {
+  if (value && typeof value === "object" && OUTCOME in value) return value as HandlerOutcome;
+  return undefined;
+}
+
+export function outcomeKind(o: HandlerOutcome): "cancel" | "snooze" {
+  return o[OUTCOME];
+}
+
+/** A handler with per-kind settings. */
+export interface HandlerSpec<P = JsonValue> {
+  handler: Handler<P>;
+  /** Abort and fail the attempt after this long. */
+  timeoutMs?: number;
+  backoff?: Partial<BackoffPolicy>;
+}

@@ -1,0 +1,241 @@
+// Executor: runs one leased job and writes its outcome (spec: Run, Complete,
+// Fail, Snooze, Cancel, and the guarded effect transaction).
+//
+// Invariant: every write about the job carries (owner, lease version) and the
+// state guard; a write that matches 0 rows is reported as lease:lost and never
+// retried as a different write.
+import type { Pool } from "../db/db.ts";
+import {
+  cancelLeasedJobs,
+  completeJobs,
+  failJobs,
+  setResultLocked,
+  snoozeJobs,
+} from "../db/outcome.ts";
+import {
+  ConveyorError,
+  JobTimeoutError,
+  ShutdownError,
+  StaleLeaseError,
+  ValidationError,
+} from "../errors.ts";
+import type { Events } from "../events.ts";
+import type { HandlerSpec, JobContext } from "../handler.ts";
+import { outcomeKind, outcomeOf } from "../handler.ts";
+import type { AttemptError, Job, JobRow } from "../job.ts";
+import { jobFromRow } from "../job.ts";
+import { assertJson, type JsonValue } from "../json.ts";
+import type { Logger } from "../logger.ts";
+import { type BackoffPolicy, retryDelayMs } from "../retry.ts";
+import type { Completer } from "./completer.ts";
+import type { Execution } from "./execution.ts";
+
+export interface ExecutorDeps {
+  sql: Pool;
+  owner: string;
+  handlers: Map<string, HandlerSpec>;
+  completer: Completer;
+  running: Map<string, Execution>;
+  backoff: BackoffPolicy;
+  events: Events;
+  logger: Logger;
+}
+
+export function attemptError(job: Job, error: unknown): AttemptError {
+  const e = error instanceof Error ? error : new Error(String(error));
+  const out: AttemptError = {
+    attempt: job.attempts,
+    at: new Date().toISOString(),
+    name: e.name,
+    message: e.message,
+  };
+  if (e.stack) out.stack = e.stack.slice(0, 4_000);
+  return out;
+}
+
+export function createExecutor(d: ExecutorDeps) {
+  const stale = (job: Job, operation: StaleLeaseError["operation"]) => {
+    const error = new StaleLeaseError(job.id, String(job.leaseVersion), operation);
+    d.logger.warn("stale write rejected by fence", {
+      jobId: job.id,
+      fencingToken: job.leaseVersion,
+      operation,
+    });
+    d.events.emit("lease:lost", { error });
+    return error;
+  };
+
+  const lostLease = (exec: Execution) =>
+    exec.controller.signal.aborted && exec.controller.signal.reason instanceof StaleLeaseError;
+
+  async function fail(exec: Execution, spec: HandlerSpec | undefined, error: unknown) {
+    const { job } = exec;
+    const policy = { ...d.backoff, ...spec?.backoff };
+    const delay = retryDelayMs(job.attempts, policy);
+    const states = await failJobs(d.sql, d.owner, [
+      { ...exec.lease, error: attemptError(job, error), retryDelayMs: delay },
+    ]);
+    const state = states.get(job.id);
+    if (!state) {
+      stale(job, "fail");
+      return;
+    }
+    d.events.emit("job:failed", { job, error, state, retryDelayMs: delay });
+  }
+
+  function context(exec: Execution): JobContext {
+    const { job, lease } = exec;
+    return {
+      job,
+      fencingToken: lease.version,
+      idempotencyKey: job.idempotencyKey ?? `job:${job.id}`,
+      signal: exec.controller.signal,
+      logger: d.logger.child({ jobId: job.id, kind: job.kind, fencingToken: lease.version }),
+      async transaction(fn) {
+        if (exec.committed || exec.inTransaction) {
+          throw new ConveyorError("ctx.transaction() may be called once per job");
+        }
+        exec.inTransaction = true;
+        try {
+          let out: JsonValue | undefined;
+          await d.sql.begin(async (tx) => {
+            // First statement: the fenced completion. It locks the row, so
+            // the reaper (SKIP LOCKED) and a new dequeue cannot take the job
+            // while the effect is being written.
+            const done = await completeJobs(tx, d.owner, [lease]);
+            if (!done.has(job.id))
+              throw new StaleLeaseError(job.id, String(lease.version), "complete");
+            out = await fn(tx);
+            if (out !== undefined) {
+              assertJson(out, "result");
+              await setResultLocked(tx, job.id, out);
+            }
+          });
+          exec.committed = true;
+          return out as Awaited<ReturnType<typeof fn>>;
+        } catch (error) {
+          if (error instanceof StaleLeaseError) {
+            stale(job, "complete");
+            exec.controller.abort(error);
+          }
+          throw error;
+        } finally {
+          exec.inTransaction = false;
+        }
+      },
+    };
+  }
+
+  async function writeOutcome(exec: Execution, spec: HandlerSpec, value: unknown, ms: number) {
+    const { job, lease } = exec;
+    const outcome = outcomeOf(value);
+    if (outcome && outcomeKind(outcome) === "cancel") {
+      const reason = (outcome as { reason: string }).reason;
+      const err = attemptError(job, new ConveyorError(reason));
+      err.name = "Cancelled";
+      const ok = await cancelLeasedJobs(d.sql, d.owner, [{ ...lease, error: err }]);
+      if (ok.has(job.id)) d.events.emit("job:cancelled", { job, reason });
+      else stale(job, "cancel");
+      return;
+    }
+    if (outcome) {
+      const delayMs = (outcome as { delayMs: number }).delayMs;
+      const ok = await snoozeJobs(d.sql, d.owner, [{ ...lease, delayMs }]);
+      if (ok.has(job.id)) d.events.emit("job:snoozed", { job, delayMs });
+      else stale(job, "snooze");
+      return;
+    }
+    let result: JsonValue | undefined;
+    if (value !== undefined) {
+      try {
+        assertJson(value, "result");
+        result = value;
+      } catch (error) {
+        await fail(exec, spec, error);
+        return;
+      }
+    }
+    const committed = await d.completer.complete(
+      result === undefined ? lease : { ...lease, result },
+    );
+    if (committed) d.events.emit("job:completed", { job, durationMs: ms });
+    else stale(job, "complete");
+  }
+
+  /** Runs a dequeued job to its outcome. Never rejects. */
+  return async function execute(row: JobRow, leaseMs: number): Promise<void> {
+    const job = jobFromRow(row);
+    let finish!: () => void;
+    const exec: Execution = {
+      job,
+      lease: { id: job.id, version: job.leaseVersion },
+      leaseMs,
+      controller: new AbortController(),
+      inTransaction: false,
+      finishing: false,
+      committed: false,
+      released: false,
+      done: new Promise<void>((r) => (finish = r)),
+    };
+    d.running.set(job.id, exec);
+    d.events.emit("job:started", { job });
+    const spec = d.handlers.get(job.kind);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const started = performance.now();
+    try {
+      if (!spec) {
+        // fetchJobs only leases kinds we handle; reaching here is a bug, but
+        // losing the job would be worse: record it and let it retry.
+        await fail(exec, spec, new ValidationError("kind", `no handler for kind ${job.kind}`));
+        return;
+      }
+      if (spec.timeoutMs) {
+        const ms = spec.timeoutMs;
+        timer = setTimeout(() => exec.controller.abort(new JobTimeoutError(ms)), ms);
+      }
+      let value: unknown;
+      let thrown: { error: unknown } | undefined;
+      try {
+        value = await spec.handler(job.payload, context(exec));
+      } catch (error) {
+        thrown = { error };
+      }
+      clearTimeout(timer);
+      exec.finishing = true;
+      if (exec.committed) {
+        if (thrown) {
+          d.logger.warn("handler threw after its transaction committed; the job stays completed", {
+            jobId: job.id,
+            error: thrown.error,
+          });
+        }
+        d.events.emit("job:completed", { job, durationMs: performance.now() - started });
+        return;
+      }
+      if (exec.released) return; // shutdown gave the lease back; any write would be fenced out
+      if (lostLease(exec)) return; // already reported; a write would match 0 rows
+      if (thrown) {
+        const reason = exec.controller.signal.reason;
+        const error =
+          exec.controller.signal.aborted &&
+          (reason instanceof JobTimeoutError || reason instanceof ShutdownError)
+            ? reason
+            : thrown.error;
+        await fail(exec, spec, error);
+        return;
+      }
+      await writeOutcome(exec, spec, value, performance.now() - started);
+    } catch (error) {
+      // The outcome write itself failed (connection lost, Postgres restarting).
+      // The lease runs out and the reaper makes the job runnable again.
+      d.logger.error("could not record job outcome; the lease will expire and the job will rerun", {
+        jobId: job.id,
+        error,
+      });
+    } finally {
+      clearTimeout(timer);
+      d.running.delete(job.id);
+      finish();
+    }
+  };
+}

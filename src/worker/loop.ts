@@ -1,0 +1,64 @@
+import type { Events } from "../events.ts";
+import type { Logger } from "../logger.ts";
+
+/** `ms` ± `ratio`·ms, so that loops in several processes do not fire in lockstep. */
+export function jittered(ms: number, ratio = 0.1): number {
+  return Math.max(0, ms + (Math.random() * 2 - 1) * ratio * ms);
+}
+
+export interface Loop {
+  start(signal?: AbortSignal): void;
+  /** Idempotent; resolves once a running iteration has finished. */
+  stop(): Promise<void>;
+  /** One iteration, awaited, errors propagated: what tests call. */
+  runOnce(): Promise<void>;
+}
+
+export interface LoopOptions {
+  name: string;
+  intervalMs: number;
+  /** Delay of the first run as a fraction of the interval, randomised (River staggers its services the same way). */
+  staggerFirst?: boolean;
+  logger: Logger;
+  events?: Events;
+  run: () => Promise<void>;
+}
+
+/**
+ * Runs `run` every jittered interval. An error is logged, emitted as
+ * "loop:error" and the loop continues: a dropped connection or a Postgres
+ * restart costs one iteration, never the loop.
+ */
+export function intervalLoop(o: LoopOptions): Loop {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let running: Promise<void> | undefined;
+  let stopped = true;
+  const tick = async () => {
+    timer = undefined;
+    if (stopped) return;
+    running = o.run().catch((error) => {
+      o.logger.warn(`${o.name} iteration failed; will retry`, { error });
+      o.events?.emit("loop:error", { loop: o.name, error });
+    });
+    await running;
+    running = undefined;
+    if (!stopped) timer = setTimeout(tick, jittered(o.intervalMs));
+  };
+  const stop = async () => {
+    stopped = true;
+    if (timer) clearTimeout(timer);
+    timer = undefined;
+    await running;
+  };
+  return {
+    start(signal) {
+      if (!stopped) return;
+      stopped = false;
+      signal?.addEventListener("abort", () => void stop(), { once: true });
+      const first = o.staggerFirst ? Math.random() * o.intervalMs : 0;
+      timer = setTimeout(tick, first);
+    },
+    stop,
+    runOnce: () => o.run(),
+  };
+}

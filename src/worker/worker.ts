@@ -1,0 +1,239 @@
+// Worker: composes one process's loops over one pool — a producer per queue,
+// the executor, the completer, the heartbeat, optionally the reaper — and
+// drains them on stop.
+import { hostname } from "node:os";
+import { z } from "zod";
+import type { Pool } from "../db/db.ts";
+import { releaseJobs } from "../db/lease.ts";
+import { QUEUE_NAME_RE } from "../enqueue.ts";
+import { ShutdownError } from "../errors.ts";
+import { createEvents, type Events } from "../events.ts";
+import type { Handler, HandlerSpec } from "../handler.ts";
+import { jsonLogger, type Logger } from "../logger.ts";
+import { DEFAULT_BACKOFF } from "../retry.ts";
+import { parseOrThrow } from "../validate.ts";
+import { createCompleter } from "./completer.ts";
+import type { Execution } from "./execution.ts";
+import { createExecutor } from "./executor.ts";
+import { createHeartbeat } from "./heartbeat.ts";
+import { createProducer, type Producer } from "./producer.ts";
+import { createReaper } from "./reaper.ts";
+import { listenForJobs, type Wakeup } from "./wakeup.ts";
+
+export const DEFAULT_CONCURRENCY = 10;
+export const DEFAULT_LEASE_MS = 30_000;
+export const DEFAULT_POLL_INTERVAL_MS = 1_000;
+export const DEFAULT_GRACE_MS = 10_000;
+export const MAX_FETCH_BATCH = 500;
+
+const backoffSchema = z
+  .object({
+    baseMs: z.number().positive(),
+    maxMs: z.number().positive(),
+    factor: z.number().min(1),
+    jitter: z.number().min(0).max(1),
+  })
+  .partial()
+  .strict();
+
+export const queueOptionsSchema = z
+  .object({
+    concurrency: z.number().int().min(1).max(10_000).default(DEFAULT_CONCURRENCY),
+    /** Jobs leased per round trip; default min(concurrency, 500). */
+    fetchBatch: z.number().int().min(1).max(MAX_FETCH_BATCH).optional(),
+    leaseMs: z.number().int().min(100).max(86_400_000).default(DEFAULT_LEASE_MS),
+  })
+  .strict();
+export type QueueOptions = z.input<typeof queueOptionsSchema>;
+
+const handlerSpecSchema = z.union([
+  z.function(),
+  z
+    .object({
+      handler: z.function(),
+      timeoutMs: z.number().int().positive().optional(),
+      backoff: backoffSchema.optional(),
+    })
+    .strict(),
+]);
+
+export const workerOptionsSchema = z
+  .object({
+    sql: z.custom<Pool>((v) => typeof v === "function", "a postgres.js pool"),
+    queues: z
+      .record(z.string().regex(QUEUE_NAME_RE, "invalid queue name"), queueOptionsSchema)
+      .refine((q) => Object.keys(q).length > 0, "at least one queue"),
+    handlers: z
+      .record(z.string().min(1), handlerSpecSchema)
+      .refine((h) => Object.keys(h).length > 0, "at least one handler"),
+    owner: z.string().min(1).max(200).optional(),
+    heartbeatMs: z.number().int().min(10).optional(),
+    pollIntervalMs: z.number().int().min(10).default(DEFAULT_POLL_INTERVAL_MS),
+    /** Run the reaper in this worker (default). Any number of processes may. */
+    reaper: z
+      .union([z.literal(false), z.object({ intervalMs: z.number().int().min(10) })])
+      .optional(),
+    backoff: backoffSchema.optional(),
+    /** LISTEN for enqueue notifications (default true); polling alone otherwise. */
+    listen: z.boolean().default(true),
+    logger: z.custom<Logger>().optional(),
+    events: z.custom<Events>().optional(),
+  })
+  .strict();
+
+export type WorkerOptions = Omit<z.input<typeof workerOptionsSchema>, "handlers"> & {
+  // biome-ignore lint/suspicious/noExplicitAny: each handler types its own payload.
+  handlers: Record<string, Handler<any> | HandlerSpec<any>>;
+};
+
+export interface WorkerStats {
+  running: number;
+  pendingCompletions: number;
+}
+
+export interface Worker {
+  readonly owner: string;
+  readonly events: Events;
+  start(): Promise<void>;
+  /** Stops fetching, waits up to graceMs for running jobs, then aborts and releases the rest. Idempotent. */
+  stop(opts?: { graceMs?: number }): Promise<void>;
+  stats(): WorkerStats;
+  /** Wakes the producers of these queues (or all): the same as a notification. */
+  wake(queue?: string): void;
+}
+
+export function defaultOwner(): string {
+  return `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
+}
+
+export function createWorker(options: WorkerOptions): Worker {
+  const o = parseOrThrow(workerOptionsSchema, options, "worker");
+  const owner = o.owner ?? defaultOwner();
+  const logger = (o.logger ?? jsonLogger()).child({ component: "worker", owner });
+  const events =
+    o.events ?? createEvents((name, error) => logger.warn("event listener threw", { name, error }));
+  const sql = o.sql;
+  const running = new Map<string, Execution>();
+  const handlers = new Map<string, HandlerSpec>();
+  for (const [kind, h] of Object.entries(options.handlers)) {
+    handlers.set(kind, typeof h === "function" ? { handler: h } : h);
+  }
+  const kinds = [...handlers.keys()];
+  const completer = createCompleter(sql, owner, logger.child({ component: "completer" }));
+  const execute = createExecutor({
+    sql,
+    owner,
+    handlers,
+    completer,
+    running,
+    backoff: { ...DEFAULT_BACKOFF, ...o.backoff },
+    events,
+    logger,
+  });
+  const queueEntries = Object.entries(o.queues);
+  const minLease = Math.min(...queueEntries.map(([, q]) => q.leaseMs));
+  const producers = new Map<string, Producer>(
+    queueEntries.map(([queue, q]) => [
+      queue,
+      createProducer({
+        sql,
+        queue,
+        owner,
+        kinds,
+        concurrency: q.concurrency,
+        fetchBatch: q.fetchBatch ?? Math.min(q.concurrency, MAX_FETCH_BATCH),
+        leaseMs: q.leaseMs,
+        pollIntervalMs: o.pollIntervalMs,
+        execute,
+        logger: logger.child({ queue }),
+        events,
+      }),
+    ]),
+  );
+  const heartbeat = createHeartbeat({
+    sql,
+    owner,
+    running,
+    intervalMs: o.heartbeatMs ?? Math.max(10, Math.floor(minLease / 3)),
+    logger,
+    events,
+  });
+  const reaper =
+    o.reaper === false
+      ? undefined
+      : createReaper({ sql, intervalMs: o.reaper?.intervalMs, logger, events });
+  let wakeup: Wakeup | undefined;
+  let stopping: Promise<void> | undefined;
+  let started = false;
+
+  const wake = (queue?: string) => {
+    if (queue === undefined) for (const p of producers.values()) p.wake();
+    else producers.get(queue)?.wake();
+  };
+
+  async function drain(graceMs: number) {
+    await Promise.all([...producers.values()].map((p) => p.stop()));
+    await wakeup?.stop();
+    const waitAll = () => Promise.all([...running.values()].map((e) => e.done));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([waitAll(), new Promise((r) => (timer = setTimeout(r, graceMs)))]);
+    clearTimeout(timer);
+    const left = [...running.values()].filter((e) => !e.finishing && !e.committed);
+    if (left.length > 0) {
+      logger.warn("grace period over; aborting and releasing jobs", { count: left.length });
+      const releasable = left.filter((e) => !e.inTransaction);
+      for (const e of left) e.controller.abort(new ShutdownError());
+      for (const e of releasable) e.released = true;
+      try {
+        const released = await releaseJobs(
+          sql,
+          owner,
+          releasable.map((e) => e.lease),
+        );
+        for (const id of released) events.emit("job:released", { jobId: id });
+      } catch (error) {
+        logger.error("could not release leases; the reaper will take them back", { error });
+      }
+    }
+    // Let outcome writes already under way land.
+    await Promise.race([
+      Promise.all([...running.values()].filter((e) => e.finishing).map((e) => e.done)),
+      Bun.sleep(5_000),
+    ]);
+    await completer.flush();
+    await heartbeat.stop();
+    await reaper?.stop();
+  }
+
+  return {
+    owner,
+    events,
+    async start() {
+      if (started) return;
+      started = true;
+      if (o.listen) {
+        wakeup = listenForJobs(
+          sql,
+          (queue) => wake(queue),
+          () => wake(),
+          logger,
+        );
+      }
+      heartbeat.start();
+      reaper?.start();
+      for (const p of producers.values()) p.start();
+      logger.info("worker started", {
+        queues: Object.fromEntries(queueEntries.map(([q, c]) => [q, c.concurrency])),
+        kinds,
+      });
+    },
+    stop(opts = {}) {
+      stopping ??= drain(opts.graceMs ?? DEFAULT_GRACE_MS).then(() =>
+        logger.info("worker stopped"),
+      );
+      return stopping;
+    },
+    stats: () => ({ running: running.size, pendingCompletions: completer.pending }),
+    wake,
+  };
+}

@@ -1,0 +1,227 @@
+// The fence: once a lease is reissued, nothing the old holder does changes a row.
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import type { Lease } from "../src/db/db.ts";
+import { fetchJobs } from "../src/db/fetch.ts";
+import { extendLeases, releaseJobs } from "../src/db/lease.ts";
+import { cancelLeasedJobs, completeJobs, failJobs, snoozeJobs } from "../src/db/outcome.ts";
+import { reapExpiredLeases } from "../src/db/reap.ts";
+import { enqueue } from "../src/enqueue.ts";
+import { StaleLeaseError } from "../src/errors.ts";
+import { silentLogger } from "../src/logger.ts";
+import { createWorker } from "../src/worker/worker.ts";
+import { type TestDb, testDatabase } from "./harness.ts";
+
+let db: TestDb;
+beforeAll(async () => {
+  db = await testDatabase();
+  await db.sql`create table ledger (job_id bigint not null, token bigint not null, owner text not null)`;
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.sql`truncate conveyor_jobs, ledger`;
+});
+
+const future = () => new Date(Date.now() + 3_600_000);
+const err = { attempt: 1, at: new Date().toISOString(), name: "E", message: "m" };
+
+async function snapshot(id: string) {
+  const [row] = await db.sql`select * from conveyor_jobs where id = ${id}`;
+  return row;
+}
+
+/** Worker A leases the job, its lease expires and is reaped, worker B leases it again. */
+async function reissued(queue: string) {
+  const { job } = await enqueue(db.sql, { queue, kind: "k" });
+  const [a] = await fetchJobs(db.sql, {
+    queue,
+    owner: "A",
+    limit: 1,
+    leaseMs: 30_000,
+    kinds: ["k"],
+  });
+  expect(a?.lease_version).toBe("1");
+  const reaped = await reapExpiredLeases(db.sql, { limit: 10, now: future() });
+  expect(reaped.map((r) => String(r.id))).toEqual([job.id]);
+  const [b] = await fetchJobs(db.sql, {
+    queue,
+    owner: "B",
+    limit: 1,
+    leaseMs: 30_000,
+    kinds: ["k"],
+  });
+  expect(b?.lease_version).toBe("2");
+  const zombie: Lease = { id: job.id, version: 1 };
+  const current: Lease = { id: job.id, version: 2 };
+  return { id: job.id, zombie, current };
+}
+
+describe("a zombie's writes change nothing after its lease was reissued", () => {
+  test("heartbeat, complete, fail, snooze, cancel and release all match 0 rows", async () => {
+    const { id, zombie } = await reissued("z");
+    const before = await snapshot(id);
+    expect((await extendLeases(db.sql, "A", [zombie], 60_000)).size).toBe(0);
+    expect((await completeJobs(db.sql, "A", [{ ...zombie, result: "zombie" }])).size).toBe(0);
+    expect((await failJobs(db.sql, "A", [{ ...zombie, error: err, retryDelayMs: 0 }])).size).toBe(
+      0,
+    );
+    expect((await snoozeJobs(db.sql, "A", [{ ...zombie, delayMs: 0 }])).size).toBe(0);
+    expect((await cancelLeasedJobs(db.sql, "A", [{ ...zombie, error: err }])).size).toBe(0);
+    expect((await releaseJobs(db.sql, "A", [zombie])).size).toBe(0);
+    expect(await snapshot(id)).toEqual(before);
+  });
+
+  test("the right version under the wrong owner is rejected too", async () => {
+    const { id, current } = await reissued("o");
+    const before = await snapshot(id);
+    expect((await completeJobs(db.sql, "A", [current])).size).toBe(0);
+    expect((await extendLeases(db.sql, "A", [current], 60_000)).size).toBe(0);
+    expect(await snapshot(id)).toEqual(before);
+    expect((await completeJobs(db.sql, "B", [current])).size).toBe(1);
+  });
+
+  test("a finished job rejects even its last holder's writes", async () => {
+    const { current, id } = await reissued("f");
+    expect((await completeJobs(db.sql, "B", [{ ...current, result: 1 }])).size).toBe(1);
+    const done = await snapshot(id);
+    expect((await completeJobs(db.sql, "B", [{ ...current, result: 2 }])).size).toBe(0);
+    expect((await failJobs(db.sql, "B", [{ ...current, error: err, retryDelayMs: 0 }])).size).toBe(
+      0,
+    );
+    expect((await extendLeases(db.sql, "B", [current], 1)).size).toBe(0);
+    expect(await snapshot(id)).toEqual(done);
+  });
+
+  test("a batch applies the live rows and rejects only the stale ones", async () => {
+    const a = await reissued("batch");
+    const { job } = await enqueue(db.sql, { queue: "batch2", kind: "k" });
+    await fetchJobs(db.sql, {
+      queue: "batch2",
+      owner: "B",
+      limit: 1,
+      leaseMs: 30_000,
+      kinds: ["k"],
+    });
+    const done = await completeJobs(db.sql, "B", [
+      { id: a.id, version: 1 },
+      { id: job.id, version: 1 },
+    ]);
+    expect([...done]).toEqual([job.id]);
+  });
+
+  test("a zombie handler's guarded effect rolls back; the live holder's commits once", async () => {
+    const queue = "effect";
+    const { job } = await enqueue(db.sql, { queue, kind: "pay" });
+    let zombieResume!: () => void;
+    const resumed = new Promise<void>((r) => (zombieResume = r));
+    let zombieStarted!: () => void;
+    const started = new Promise<void>((r) => (zombieStarted = r));
+    let zombieError: unknown;
+    let zombieSignalReason: unknown;
+    const ledgerInsert =
+      (token: number, owner: string) =>
+      async (
+        tx: Parameters<Parameters<import("../src/handler.ts").JobContext["transaction"]>[0]>[0],
+      ) => {
+        await tx`insert into ledger (job_id, token, owner) values (${job.id}, ${token}, ${owner})`;
+        return { paid: true };
+      };
+    // Worker A: pauses mid-job (a SIGSTOP, a GC pause, a partition), with a
+    // heartbeat far too slow to notice, then resumes and commits its effect.
+    const a = createWorker({
+      sql: db.connect(),
+      owner: "A",
+      queues: { [queue]: { concurrency: 1, leaseMs: 200 } },
+      heartbeatMs: 60_000,
+      reaper: false,
+      listen: false,
+      pollIntervalMs: 20,
+      logger: silentLogger,
+      handlers: {
+        pay: async (_p, ctx) => {
+          zombieStarted();
+          await resumed;
+          zombieSignalReason = ctx.signal.reason;
+          try {
+            return await ctx.transaction(ledgerInsert(ctx.fencingToken, "A"));
+          } catch (e) {
+            zombieError = e;
+            throw e;
+          }
+        },
+      },
+    });
+    await a.start();
+    await started;
+    // The lease (200 ms, Postgres clock) runs out; the reaper takes it back.
+    await Bun.sleep(300);
+    expect((await reapExpiredLeases(db.sql, { limit: 10 })).length).toBe(1);
+    // Worker B runs the job to completion with its own effect.
+    const b = createWorker({
+      sql: db.connect(),
+      owner: "B",
+      queues: { [queue]: { concurrency: 1, leaseMs: 30_000 } },
+      reaper: false,
+      listen: false,
+      pollIntervalMs: 20,
+      logger: silentLogger,
+      handlers: { pay: async (_p, ctx) => ctx.transaction(ledgerInsert(ctx.fencingToken, "B")) },
+    });
+    const lost: StaleLeaseError[] = [];
+    a.events.on("lease:lost", ({ error }) => lost.push(error));
+    await b.start();
+    for (let i = 0; i < 100 && (await snapshot(job.id))?.state !== "completed"; i++)
+      await Bun.sleep(20);
+    // Now the zombie wakes up and tries to commit.
+    zombieResume();
+    await a.stop({ graceMs: 2_000 });
+    await b.stop();
+    expect(zombieError).toBeInstanceOf(StaleLeaseError);
+    expect(zombieSignalReason).toBeUndefined(); // it never heard: only the fence stopped it
+    expect(lost.map((e) => e.operation)).toContain("complete");
+    const ledger = await db.sql`select token::int, owner from ledger where job_id = ${job.id}`;
+    expect([...ledger]).toEqual([{ token: 2, owner: "B" }]);
+    const row = await snapshot(job.id);
+    expect(row?.state).toBe("completed");
+    expect(row?.lease_owner).toBe("B");
+    expect(row?.result).toEqual({ paid: true });
+  });
+
+  test("a heartbeat that finds the lease gone aborts the handler with StaleLeaseError", async () => {
+    const queue = "hb";
+    const { job } = await enqueue(db.sql, { queue, kind: "slow" });
+    let reason: unknown;
+    let startedResolve!: () => void;
+    const started = new Promise<void>((r) => (startedResolve = r));
+    const w = createWorker({
+      sql: db.connect(),
+      owner: "A",
+      queues: { [queue]: { concurrency: 1, leaseMs: 10_000 } },
+      heartbeatMs: 30,
+      reaper: false,
+      listen: false,
+      logger: silentLogger,
+      handlers: {
+        slow: async (_p, ctx) => {
+          startedResolve();
+          await new Promise((r) => ctx.signal.addEventListener("abort", r, { once: true }));
+          reason = ctx.signal.reason;
+          return "done anyway";
+        },
+      },
+    });
+    await w.start();
+    await started;
+    // Someone else holds the job now (as after a reap and a new dequeue).
+    await db.sql`update conveyor_jobs set lease_version = lease_version + 1, lease_owner = 'B' where id = ${job.id}`;
+    for (let i = 0; i < 100 && reason === undefined; i++) await Bun.sleep(10);
+    await w.stop();
+    expect(reason).toBeInstanceOf(StaleLeaseError);
+    expect((reason as StaleLeaseError).operation).toBe("heartbeat");
+    const row = await snapshot(job.id);
+    expect(row?.state).toBe("running");
+    expect(row?.lease_owner).toBe("B");
+    expect(row?.result).toBeNull();
+  });
+});

@@ -1,0 +1,90 @@
+// Test databases on a real PostgreSQL. By default one embedded cluster
+// (PostgreSQL 18 from npm) is started per `bun test` run; with
+// CONVEYOR_TEST_DATABASE_URL set (an admin URL, e.g. the system's
+// PostgreSQL 15) that server is used instead. Either way each test file gets
+// a database of its own, migrated, and drops it afterwards.
+import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import postgres from "postgres";
+import type { Pool } from "../src/db/db.ts";
+import { migrate } from "../src/db/migrate.ts";
+import { type EmbeddedCluster, startEmbeddedPostgres } from "../src/embedded-postgres.ts";
+
+let shared: Promise<{ cluster?: EmbeddedCluster; dir?: string; adminUrl: string }> | undefined;
+
+export const TEST_SETTINGS = {
+  // Tests need speed, not durability; benchmarks and fault runs keep fsync on.
+  fsync: "off",
+  synchronous_commit: "off",
+  full_page_writes: "off",
+  max_connections: 200,
+};
+
+async function server() {
+  shared ??= (async () => {
+    const url = process.env.CONVEYOR_TEST_DATABASE_URL;
+    if (url) return { adminUrl: url };
+    const dir = await mkdtemp(path.join(tmpdir(), "conveyor-test-"));
+    await chmod(dir, 0o755); // the server runs as user postgres when we are root
+    const cluster = await startEmbeddedPostgres({
+      dataDir: path.join(dir, "pg"),
+      settings: TEST_SETTINGS,
+    });
+    return { cluster, dir, adminUrl: cluster.url };
+  })();
+  return shared;
+}
+
+export async function stopSharedCluster(): Promise<void> {
+  if (!shared) return;
+  const s = await shared;
+  shared = undefined;
+  await s.cluster?.stop("fast");
+  if (s.dir) await rm(s.dir, { recursive: true, force: true });
+}
+
+function withDatabase(url: string, db: string): string {
+  const u = new URL(url);
+  u.pathname = `/${db}`;
+  return u.toString();
+}
+
+export interface TestDb {
+  sql: Pool;
+  url: string;
+  name: string;
+  /** A new pool on the same database (e.g. one per simulated worker process). */
+  connect(opts?: postgres.Options<Record<string, postgres.PostgresType>>): Pool;
+  drop(): Promise<void>;
+}
+
+/** A fresh, migrated database for one test file. */
+export async function testDatabase(): Promise<TestDb> {
+  const { adminUrl } = await server();
+  const name = `conveyor_t_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+  await admin.unsafe(`create database "${name}"`);
+  await admin.end();
+  const url = withDatabase(adminUrl, name);
+  const pools: Pool[] = [];
+  const connect = (opts = {}) => {
+    const p = postgres(url, { max: 10, onnotice: () => {}, ...opts });
+    pools.push(p);
+    return p;
+  };
+  const sql = connect({ max: 20 });
+  await migrate(sql);
+  return {
+    sql,
+    url,
+    name,
+    connect,
+    async drop() {
+      await Promise.all(pools.map((p) => p.end({ timeout: 5 })));
+      const a = postgres(adminUrl, { max: 1, onnotice: () => {} });
+      await a.unsafe(`drop database if exists "${name}" with (force)`);
+      await a.end();
+    },
+  };
+}
