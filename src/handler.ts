@@ -28,10 +28,14 @@ export interface JobContext {
   transaction<T extends JsonValue | undefined>(fn: (tx: Db) => Promise<T>): Promise<T>;
 }
 
+/** What a handler may return: a JSON result (stored on the job), nothing, or cancel()/snooze(). */
+// biome-ignore lint/suspicious/noConfusingVoidType: handlers that return nothing are typed `void`.
+export type HandlerReturn = HandlerOutcome | JsonValue | undefined | void;
+
 export type Handler<P = JsonValue> = (
   payload: P,
   ctx: JobContext,
-) => Promise<HandlerOutcome | JsonValue | undefined> | HandlerOutcome | JsonValue | undefined;
+) => Promise<HandlerReturn> | HandlerReturn;
 
 const OUTCOME = Symbol.for("conveyor.outcome");
 

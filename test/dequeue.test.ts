@@ -1,0 +1,129 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { fetchJobs } from "../src/db/fetch.ts";
+import { completeJobs } from "../src/db/outcome.ts";
+import { reapExpiredLeases } from "../src/db/reap.ts";
+import { enqueue, enqueueMany } from "../src/enqueue.ts";
+import { type TestDb, testDatabase } from "./harness.ts";
+
+let db: TestDb;
+beforeAll(async () => {
+  db = await testDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.sql`truncate conveyor_jobs, conveyor_queues`;
+});
+
+const fetch = (queue: string, owner: string, limit: number, kinds = ["k"]) =>
+  fetchJobs(db.sql, { queue, owner, limit, leaseMs: 30_000, kinds });
+
+describe("dequeue", () => {
+  test("orders by priority, then run_at, then id; leases with a new version", async () => {
+    const now = Date.now();
+    await enqueueMany(db.sql, [
+      { queue: "o", kind: "k", payload: "p5-late", priority: 5, runAt: new Date(now - 1000) },
+      { queue: "o", kind: "k", payload: "p0-late", priority: 0, runAt: new Date(now - 1000) },
+      { queue: "o", kind: "k", payload: "p0-early", priority: 0, runAt: new Date(now - 5000) },
+      { queue: "o", kind: "k", payload: "p-1", priority: -1 },
+      { queue: "o", kind: "k", payload: "future", runAt: new Date(now + 60_000) },
+    ]);
+    const order: string[] = [];
+    for (;;) {
+      const [row] = await fetch("o", "w", 1);
+      if (!row) break;
+      order.push(String(row.payload));
+      expect(row.state).toBe("running");
+      expect(row.lease_version).toBe("1");
+      expect(row.attempts).toBe(1);
+      expect(row.lease_owner).toBe("w");
+      expect(row.lease_expires_at?.getTime()).toBeGreaterThan(Date.now() + 20_000);
+    }
+    expect(order).toEqual(["p-1", "p0-early", "p0-late", "p5-late"]);
+  });
+
+  test("takes at most the batch size, only its queue and only kinds it handles", async () => {
+    await enqueueMany(db.sql, [
+      ...Array.from({ length: 7 }, () => ({ queue: "a", kind: "k" })),
+      { queue: "a", kind: "unknown" },
+      { queue: "b", kind: "k" },
+    ]);
+    expect(await fetch("a", "w", 5)).toHaveLength(5);
+    expect(await fetch("a", "w", 5)).toHaveLength(2);
+    expect(await fetch("a", "w", 5)).toHaveLength(0);
+    const [left] =
+      await db.sql`select count(*)::int as n from conveyor_jobs where state = 'available'`;
+    expect(left?.n).toBe(2); // the unknown kind waits, and queue b is untouched
+  });
+
+  test("a paused queue yields nothing until resumed", async () => {
+    await enqueue(db.sql, { queue: "p", kind: "k" });
+    await db.sql`insert into conveyor_queues (name, paused) values ('p', true)`;
+    expect(await fetch("p", "w", 10)).toHaveLength(0);
+    await db.sql`update conveyor_queues set paused = false where name = 'p'`;
+    expect(await fetch("p", "w", 10)).toHaveLength(1);
+  });
+
+  test("property: concurrent dequeuers never hold one job under two live leases", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 150 }),
+        fc.array(fc.integer({ min: 1, max: 20 }), { minLength: 2, maxLength: 6 }),
+        fc.integer({ min: 0, max: 3 }),
+        async (jobs, batchSizes, reaps) => {
+          await db.sql`truncate conveyor_jobs`;
+          await enqueueMany(
+            db.sql,
+            Array.from({ length: jobs }, () => ({ queue: "race", kind: "k" })),
+          );
+          const pools = batchSizes.map(() => db.connect({ max: 1 }));
+          // leases[id] = every (owner, version) issued for that job
+          const leases = new Map<string, { owner: string; version: number }[]>();
+          const dequeuer = async (i: number) => {
+            const owner = `w${i}`;
+            for (;;) {
+              const rows = await fetchJobs(pools[i] as (typeof pools)[0], {
+                queue: "race",
+                owner,
+                limit: batchSizes[i] as number,
+                leaseMs: 30_000,
+                kinds: ["k"],
+              });
+              if (rows.length === 0) return;
+              for (const r of rows) {
+                const list = leases.get(r.id) ?? [];
+                list.push({ owner, version: Number(r.lease_version) });
+                leases.set(r.id, list);
+              }
+            }
+          };
+          // Rounds of concurrent dequeues, with every lease expiring between rounds.
+          for (let round = 0; round <= reaps; round++) {
+            await Promise.all(batchSizes.map((_, i) => dequeuer(i)));
+            if (round < reaps)
+              await reapExpiredLeases(db.sql, {
+                limit: 10_000,
+                now: new Date(Date.now() + 3_600_000),
+              });
+          }
+          await Promise.all(pools.map((p) => p.end()));
+          expect(leases.size).toBe(jobs);
+          for (const [id, list] of leases) {
+            // One lease per round, versions 1..n, never repeated.
+            expect(list.map((l) => l.version).sort((a, b) => a - b)).toEqual(
+              Array.from({ length: reaps + 1 }, (_, k) => k + 1),
+            );
+            // Only the newest lease passes the fence.
+            for (const l of list) {
+              const ok = await completeJobs(db.sql, l.owner, [{ id, version: l.version }]);
+              expect(ok.size).toBe(l.version === reaps + 1 ? 1 : 0);
+            }
+          }
+        },
+      ),
+      { numRuns: 12 },
+    );
+  });
+});

@@ -1,0 +1,32 @@
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { readdir } from "node:fs/promises";
+import path from "node:path";
+import { MIGRATIONS, migrate } from "../src/db/migrate.ts";
+import { type TestDb, testDatabase } from "./harness.ts";
+
+let db: TestDb;
+beforeAll(async () => {
+  db = await testDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+
+test("every file in migrations/ is listed, in order", async () => {
+  const files = (await readdir(path.join(import.meta.dir, "..", "migrations")))
+    .filter((f) => f.endsWith(".sql"))
+    .sort();
+  expect(MIGRATIONS.map((m) => `${m.name}.sql`)).toEqual(files);
+  expect(MIGRATIONS.map((m) => m.version)).toEqual(files.map((_, i) => i + 1));
+});
+
+test("concurrent migrators apply each migration exactly once", async () => {
+  await db.sql`drop schema public cascade`;
+  await db.sql`create schema public`;
+  const pools = Array.from({ length: 6 }, () => db.connect({ max: 1 }));
+  const applied = await Promise.all(pools.map((p) => migrate(p)));
+  expect(applied.flat()).toEqual(MIGRATIONS.map((m) => m.name));
+  const rows = await db.sql`select version from conveyor_migrations order by version`;
+  expect(rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
+  expect(await migrate(db.sql)).toEqual([]);
+});

@@ -1,0 +1,104 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import { fetchJobs } from "../src/db/fetch.ts";
+import { completeJobs } from "../src/db/outcome.ts";
+import { reapExpiredLeases } from "../src/db/reap.ts";
+import { enqueue } from "../src/enqueue.ts";
+import { createEvents } from "../src/events.ts";
+import { silentLogger } from "../src/logger.ts";
+import { createReaper } from "../src/worker/reaper.ts";
+import { type TestDb, testDatabase } from "./harness.ts";
+
+let db: TestDb;
+beforeAll(async () => {
+  db = await testDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.sql`truncate conveyor_jobs`;
+});
+
+const lease = (queue: string, owner: string, leaseMs = 30_000) =>
+  fetchJobs(db.sql, { queue, owner, limit: 10, leaseMs, kinds: ["k"] });
+const inAnHour = () => new Date(Date.now() + 3_600_000);
+
+describe("reaper", () => {
+  test("requeues expired leases, keeping the version for the next dequeue to bump", async () => {
+    const { job } = await enqueue(db.sql, { queue: "r", kind: "k" });
+    await lease("r", "A");
+    expect(await reapExpiredLeases(db.sql, { limit: 10 })).toHaveLength(0); // not expired yet
+    const reaped = await reapExpiredLeases(db.sql, { limit: 10, now: inAnHour() });
+    expect(reaped).toEqual([
+      { id: job.id, state: "available", lease_owner: "A", lease_version: "1" },
+    ]);
+    const [row] = await db.sql`select * from conveyor_jobs where id = ${job.id}`;
+    expect(row?.state).toBe("available");
+    expect(row?.lease_expires_at).toBeNull();
+    expect(row?.errors[0].name).toBe("LeaseExpired");
+    const [again] = await lease("r", "B");
+    expect(again?.lease_version).toBe("2");
+    expect(again?.attempts).toBe(2);
+  });
+
+  test("uses Postgres's clock: a lease expires by now(), not by the caller's clock", async () => {
+    await enqueue(db.sql, { queue: "c", kind: "k" });
+    await lease("c", "A", 150);
+    expect(await reapExpiredLeases(db.sql, { limit: 10 })).toHaveLength(0);
+    await Bun.sleep(200);
+    expect(await reapExpiredLeases(db.sql, { limit: 10 })).toHaveLength(1);
+  });
+
+  test("discards a job whose expired lease was its last attempt", async () => {
+    const { job } = await enqueue(db.sql, { queue: "d", kind: "k", maxAttempts: 1 });
+    await lease("d", "A");
+    const reaped = await reapExpiredLeases(db.sql, { limit: 10, now: inAnHour() });
+    expect(reaped[0]?.state).toBe("discarded");
+    const [row] = await db.sql`select state, finalized_at from conveyor_jobs where id = ${job.id}`;
+    expect(row?.state).toBe("discarded");
+    expect(row?.finalized_at).not.toBeNull();
+  });
+
+  test("skips a job whose guarded transaction is open, and the commit wins", async () => {
+    const { job } = await enqueue(db.sql, { queue: "t", kind: "k" });
+    await lease("t", "A");
+    const holder = db.connect({ max: 1 });
+    let release!: () => void;
+    const hold = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const tx = holder.begin(async (t) => {
+      const done = await completeJobs(t, "A", [{ id: job.id, version: 1 }]);
+      expect(done.size).toBe(1);
+      locked();
+      await hold;
+    });
+    await isLocked;
+    expect(await reapExpiredLeases(db.sql, { limit: 10, now: inAnHour() })).toHaveLength(0);
+    release();
+    await tx;
+    expect(await reapExpiredLeases(db.sql, { limit: 10, now: inAnHour() })).toHaveLength(0);
+    const [row] = await db.sql`select state from conveyor_jobs where id = ${job.id}`;
+    expect(row?.state).toBe("completed");
+  });
+
+  test("the reaper loop survives a failing iteration and keeps going", async () => {
+    const broken = db.connect({ max: 1 });
+    const events = createEvents();
+    const errors: unknown[] = [];
+    events.on("loop:error", ({ error }) => errors.push(error));
+    const reaper = createReaper({ sql: broken, intervalMs: 20, logger: silentLogger, events });
+    reaper.start();
+    // Kill its connection server-side, as a Postgres restart or a proxy would.
+    await Bun.sleep(50);
+    await db.sql`select pg_terminate_backend(pid) from pg_stat_activity
+                  where datname = current_database() and pid <> pg_backend_pid()
+                    and query like '%lease_expires_at%'`;
+    await enqueue(db.sql, { queue: "s", kind: "k" });
+    await lease("s", "A", 1);
+    await Bun.sleep(300);
+    await reaper.stop();
+    const [row] = await db.sql`select state from conveyor_jobs where queue = 's'`;
+    expect(row?.state).toBe("available");
+  });
+});
