@@ -16,3 +16,22 @@ export interface Lease {
 export const JOB_COLUMNS = `id, queue, kind, payload, state, priority, run_at, attempts, max_attempts,
   lease_owner, lease_version, lease_expires_at, idempotency_key, result, errors,
   traceparent, tracestate, created_at, attempted_at, finalized_at`;
+
+/**
+ * The batch parameter of a fenced write: each row carries the guard's values
+ * (owner, and state 'running') beside its id and version, so the guard is
+ *
+ *   j.id = t.id and j.lease_version = t.version
+ *   and j.lease_owner = t.owner and j.state = t.state
+ *
+ * Written as constants (`j.state = 'running'`), the planner estimated from
+ * stale statistics that almost no row was running, scanned conveyor_jobs
+ * first and joined the batch in a nested loop: 7.9 ms for 200 completions.
+ * As join conditions they cannot shrink the table's estimate, so the plan is
+ * always the batch driving primary-key probes: 2.7 ms. The row check is the
+ * same, and Postgres re-checks all of it on the newest row version when a
+ * concurrent transaction changed the row (EvalPlanQual).
+ */
+export function fenced<T extends Lease>(owner: string, items: T[]): string {
+  return JSON.stringify(items.map((i) => ({ ...i, owner, state: "running" })));
+}

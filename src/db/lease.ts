@@ -1,4 +1,4 @@
-import type { Db, Lease } from "./db.ts";
+import { type Db, fenced, type Lease } from "./db.ts";
 
 /**
  * Extends the leases this owner still holds (spec: Heartbeat). A lease whose
@@ -15,9 +15,9 @@ export async function extendLeases(
   const rows = await db`
     update conveyor_jobs j
        set lease_expires_at = now() + ${leaseMs}::float8 * interval '1 millisecond'
-      from jsonb_to_recordset(${JSON.stringify(leases)}::text::jsonb) as t(id bigint, version bigint)
+      from jsonb_to_recordset(${fenced(owner, leases)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state)
      where j.id = t.id and j.lease_version = t.version
-       and j.lease_owner = ${owner} and j.state = 'running'
+       and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
   return new Set(rows.map((r) => String(r.id)));
 }
@@ -33,9 +33,9 @@ export async function releaseJobs(db: Db, owner: string, leases: Lease[]): Promi
     update conveyor_jobs j
        set state = 'available', attempts = greatest(j.attempts - 1, 0),
            run_at = now(), lease_expires_at = null
-      from jsonb_to_recordset(${JSON.stringify(leases)}::text::jsonb) as t(id bigint, version bigint)
+      from jsonb_to_recordset(${fenced(owner, leases)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state)
      where j.id = t.id and j.lease_version = t.version
-       and j.lease_owner = ${owner} and j.state = 'running'
+       and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
   return new Set(rows.map((r) => String(r.id)));
 }

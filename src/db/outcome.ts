@@ -1,15 +1,12 @@
 import type { AttemptError, JobState } from "../job.ts";
 import type { JsonValue } from "../json.ts";
-import type { Db, Lease } from "./db.ts";
+import { type Db, fenced, type Lease } from "./db.ts";
 
 // Every statement here is one fenced write (spec: Complete, Fail, Snooze,
-// Cancel). The guard is the same everywhere:
-//
-//   j.id = t.id and j.lease_version = t.version
-//   and j.lease_owner = $owner and j.state = 'running'
-//
-// A row that fails the guard is not changed and not returned; callers compare
-// what came back with what they sent and report the rest as stale.
+// Cancel), with the guard of db.ts `fenced`: id, version, owner and state
+// 'running' must all match. A row that fails the guard is not changed and not
+// returned; callers compare what came back with what they sent and report the
+// rest as stale.
 
 export interface Completion extends Lease {
   result?: JsonValue;
@@ -25,9 +22,9 @@ export async function completeJobs(
   const rows = await db`
     update conveyor_jobs j
        set state = 'completed', result = t.result, finalized_at = now(), lease_expires_at = null
-      from jsonb_to_recordset(${JSON.stringify(items)}::text::jsonb) as t(id bigint, version bigint, result jsonb)
+      from jsonb_to_recordset(${fenced(owner, items)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state, result jsonb)
      where j.id = t.id and j.lease_version = t.version
-       and j.lease_owner = ${owner} and j.state = 'running'
+       and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
   return new Set(rows.map((r) => String(r.id)));
 }
@@ -59,7 +56,8 @@ export async function failJobs(
            finalized_at = case when t.discard or j.attempts >= j.max_attempts then now() end,
            errors = j.errors || jsonb_build_array(t.error),
            lease_expires_at = null
-      from jsonb_to_recordset(${JSON.stringify(
+      from jsonb_to_recordset(${fenced(
+        owner,
         items.map((f) => ({
           id: f.id,
           version: f.version,
@@ -67,9 +65,9 @@ export async function failJobs(
           delay_ms: f.retryDelayMs,
           discard: f.discard === true,
         })),
-      )}::text::jsonb) as t(id bigint, version bigint, error jsonb, delay_ms float8, discard boolean)
+      )}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state, error jsonb, delay_ms float8, discard boolean)
      where j.id = t.id and j.lease_version = t.version
-       and j.lease_owner = ${owner} and j.state = 'running'
+       and j.lease_owner = t.owner and j.state = t.state
     returning j.id, j.state`;
   return new Map(rows.map((r) => [String(r.id), r.state as JobState]));
 }
@@ -88,11 +86,12 @@ export async function snoozeJobs(db: Db, owner: string, items: Snooze[]): Promis
     update conveyor_jobs j
        set state = 'available', run_at = now() + t.delay_ms * interval '1 millisecond',
            max_attempts = j.max_attempts + 1, lease_expires_at = null
-      from jsonb_to_recordset(${JSON.stringify(
+      from jsonb_to_recordset(${fenced(
+        owner,
         items.map((s) => ({ id: s.id, version: s.version, delay_ms: s.delayMs })),
-      )}::text::jsonb) as t(id bigint, version bigint, delay_ms float8)
+      )}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state, delay_ms float8)
      where j.id = t.id and j.lease_version = t.version
-       and j.lease_owner = ${owner} and j.state = 'running'
+       and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
   return new Set(rows.map((r) => String(r.id)));
 }
@@ -112,9 +111,9 @@ export async function cancelLeasedJobs(
     update conveyor_jobs j
        set state = 'cancelled', finalized_at = now(), lease_expires_at = null,
            errors = j.errors || jsonb_build_array(t.error)
-      from jsonb_to_recordset(${JSON.stringify(items)}::text::jsonb) as t(id bigint, version bigint, error jsonb)
+      from jsonb_to_recordset(${fenced(owner, items)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state, error jsonb)
      where j.id = t.id and j.lease_version = t.version
-       and j.lease_owner = ${owner} and j.state = 'running'
+       and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
   return new Set(rows.map((r) => String(r.id)));
 }
