@@ -139,7 +139,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     await chmod(passwordFile, 0o600);
   }
   const password = (await readFile(passwordFile, "utf8")).trim();
-  const port = opts.port || (await freePort());
+  let port = opts.port || (await freePort());
   const urlFor = (db: string) =>
     `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/${db}`;
   const settings: Record<string, string | number> = {
@@ -209,7 +209,17 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     if (child && child.exitCode === null) child.kill("SIGQUIT");
   });
 
-  await start();
+  // A free port can be taken by another process between our probe and the
+  // server's bind; when we chose the port, try a few others before giving up.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await start();
+      break;
+    } catch (error) {
+      if (opts.port || attempt >= 3) throw error;
+      port = await freePort();
+    }
+  }
   return {
     dataDir,
     port,

@@ -180,6 +180,8 @@ describe("a zombie's writes change nothing after its lease was reissued", () => 
     expect(zombieError).toBeInstanceOf(StaleLeaseError);
     expect(zombieSignalReason).toBeUndefined(); // it never heard: only the fence stopped it
     expect(lost.map((e) => e.operation)).toContain("complete");
+    expect(a.stats().staleWrites).toBe(lost.length);
+    expect(b.stats()).toMatchObject({ completed: 1, staleWrites: 0 });
     const ledger = await db.sql`select token::int, owner from ledger where job_id = ${job.id}`;
     expect([...ledger]).toEqual([{ token: 2, owner: "B" }]);
     const row = await snapshot(job.id);

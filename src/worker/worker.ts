@@ -89,6 +89,11 @@ export type WorkerOptions = Omit<z.input<typeof workerOptionsSchema>, "handlers"
 export interface WorkerStats {
   running: number;
   pendingCompletions: number;
+  completed: number;
+  failed: number;
+  /** Fenced writes that matched 0 rows: a zombie's writes, rejected. */
+  staleWrites: number;
+  reaped: number;
 }
 
 export interface Worker {
@@ -162,6 +167,11 @@ export function createWorker(options: WorkerOptions): Worker {
     o.reaper === false
       ? undefined
       : createReaper({ sql, intervalMs: o.reaper?.intervalMs, logger, events });
+  const counts = { completed: 0, failed: 0, staleWrites: 0, reaped: 0 };
+  events.on("job:completed", () => counts.completed++);
+  events.on("job:failed", () => counts.failed++);
+  events.on("lease:lost", () => counts.staleWrites++);
+  events.on("lease:reaped", () => counts.reaped++);
   let wakeup: Wakeup | undefined;
   let stopping: Promise<void> | undefined;
   let started = false;
@@ -233,7 +243,7 @@ export function createWorker(options: WorkerOptions): Worker {
       );
       return stopping;
     },
-    stats: () => ({ running: running.size, pendingCompletions: completer.pending }),
+    stats: () => ({ running: running.size, pendingCompletions: completer.pending, ...counts }),
     wake,
   };
 }
