@@ -151,7 +151,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
   let exited: Promise<void> = Promise.resolve();
 
   const start = async () => {
-    if (child && child.exitCode === null) return;
+    if (child && child.exitCode === null && child.signalCode === null) return;
     const args = ["-D", dataDir, "-p", String(port)];
     for (const [k, v] of Object.entries(settings)) args.push("-c", `${k}=${v}`);
     let log = "";

@@ -14,6 +14,8 @@ export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
 export const MAX_BATCH = 10_000;
 
 export const QUEUE_NAME_RE = /^[A-Za-z0-9_.:-]{1,128}$/;
+/** No control characters (U+0000 breaks Postgres text), no lone surrogates. */
+const PRINTABLE_RE = /^[^\p{Cc}\p{Cs}]+$/u;
 export const KIND_RE = /^[A-Za-z0-9_.:/-]{1,256}$/;
 
 export const enqueueInputSchema = z
@@ -25,16 +27,32 @@ export const enqueueInputSchema = z
     kind: z.string().regex(KIND_RE, "1-256 characters from A-Z a-z 0-9 _ . : / -"),
     payload: z.unknown().optional(),
     priority: z.number().int().min(-32768).max(32767).default(0),
-    runAt: z.coerce.date().optional(),
+    runAt: z
+      .union([z.date(), z.iso.datetime({ offset: true })])
+      .transform((v) => new Date(v))
+      .refine((d) => {
+        const y = d.getUTCFullYear();
+        return !Number.isNaN(d.getTime()) && y >= 1970 && y <= 9999;
+      }, "a valid date between 1970 and 9999")
+      .optional(),
     delayMs: z
       .number()
       .min(0)
       .max(10 * 365 * 86_400_000)
       .optional(),
     maxAttempts: z.number().int().min(1).max(1000).optional(),
-    idempotencyKey: z.string().min(1).max(512).optional(),
+    idempotencyKey: z
+      .string()
+      .min(1)
+      .max(512)
+      .regex(PRINTABLE_RE, "printable characters only")
+      .optional(),
     traceparent: z.string().regex(TRACEPARENT_RE, "W3C traceparent").optional(),
-    tracestate: z.string().max(512).optional(),
+    tracestate: z
+      .string()
+      .max(512)
+      .regex(/^[\x20-\x7e]*$/, "printable ASCII (W3C tracestate)")
+      .optional(),
   })
   .strict()
   .refine((v) => !(v.runAt && v.delayMs !== undefined), {

@@ -10,6 +10,9 @@ export function parseOrThrow<S extends z.ZodType>(
   const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
   const issue = parsed.error.issues[0];
-  const field = [root, ...(issue?.path ?? []).map(String)].filter(Boolean).join(".");
+  let field = root;
+  for (const seg of issue?.path ?? []) {
+    field += typeof seg === "number" ? `[${seg}]` : field ? `.${String(seg)}` : String(seg);
+  }
   throw new ValidationError(field || root, issue?.message ?? "invalid", { cause: parsed.error });
 }

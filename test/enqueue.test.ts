@@ -137,13 +137,36 @@ describe("enqueue", () => {
       [{ f: () => 1 }, "job.payload.f"],
       [{ b: 1n }, "job.payload.b"],
       [{ s: "nul\u0000" }, "job.payload.s"],
+      [{ s: "lone \ud800 surrogate" }, "job.payload.s"],
+      [
+        [[[{ deep: JSON.parse(`${"[".repeat(300)}${"]".repeat(300)}`) }]]],
+        "job.payload[0][0][0].deep[0][0]…",
+      ],
     ];
     for (const [payload, field] of cases) {
       // biome-ignore lint/suspicious/noExplicitAny: deliberately wrong input.
       const err = await enqueue(db.sql, { kind: "k", payload: payload as any }).catch((e) => e);
       expect(err).toBeInstanceOf(ValidationError);
+      if (field.endsWith("…")) expect(err.field.startsWith(field.slice(0, -1))).toBe(true);
+      else expect(err.field).toBe(field);
+    }
+    const wrongOptions: [Record<string, unknown>, string][] = [
+      [{ kind: "k", idempotencyKey: "a\u0000b" }, "job.idempotencyKey"],
+      [{ kind: "k", idempotencyKey: "\udc00" }, "job.idempotencyKey"],
+      [{ kind: "k", tracestate: "k=v\u0000" }, "job.tracestate"],
+      [{ kind: "k", runAt: true }, "job.runAt"],
+      [{ kind: "k", runAt: 5 }, "job.runAt"],
+      [{ kind: "k", runAt: "0000-01-01T00:00:00Z" }, "job.runAt"],
+      [{ kind: "k", runAt: "tomorrow" }, "job.runAt"],
+    ];
+    for (const [input, field] of wrongOptions) {
+      // biome-ignore lint/suspicious/noExplicitAny: deliberately wrong input.
+      const err = await enqueue(db.sql, input as any).catch((e) => e);
+      expect(err).toBeInstanceOf(ValidationError);
       expect(err.field).toBe(field);
     }
+    const { job: isoJob } = await enqueue(db.sql, { kind: "k", runAt: "2030-01-02T03:04:05Z" });
+    expect(isoJob.runAt.toISOString()).toBe("2030-01-02T03:04:05.000Z");
     const cyclic: Record<string, unknown> = {};
     cyclic.self = cyclic;
     // biome-ignore lint/suspicious/noExplicitAny: deliberately wrong input.

@@ -21,7 +21,7 @@ export const TEST_SETTINGS = {
   max_connections: 200,
 };
 
-async function server() {
+export async function startSharedServer() {
   shared ??= (async () => {
     const url = process.env.CONVEYOR_TEST_DATABASE_URL;
     if (url) return { adminUrl: url };
@@ -61,7 +61,7 @@ export interface TestDb {
 
 /** A fresh, migrated database for one test file. */
 export async function testDatabase(): Promise<TestDb> {
-  const { adminUrl } = await server();
+  const { adminUrl } = await startSharedServer();
   const name = `conveyor_t_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
   const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
   await admin.unsafe(`create database "${name}"`);
