@@ -66,3 +66,35 @@ export function errorMessage(error: unknown): string {
   if (error instanceof Error) return error.message;
   return String(error);
 }
+
+/**
+ * conveyor.toml is unreadable or invalid. `path` is the key path
+ * (`queues.email.concurrency`), `line` its 1-based line when the file spells it.
+ */
+export class ConfigError extends ConveyorError {
+  override readonly name = "ConfigError";
+  constructor(
+    readonly file: string,
+    readonly path: string,
+    readonly line: number | undefined,
+    readonly detail: string,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `${file}${line === undefined ? "" : `:${line}`}: ${path ? `${path}: ` : ""}${detail}`,
+      options,
+    );
+  }
+}
+
+/** A plugin file failed to import, exports the wrong shape, or claims a kind another file claims. */
+export class PluginLoadError extends ConveyorError {
+  override readonly name = "PluginLoadError";
+  constructor(
+    readonly file: string,
+    detail: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`plugin ${file}: ${detail}`, options);
+  }
+}

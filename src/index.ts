@@ -23,6 +23,7 @@ export {
 export { type AttemptError, JOB_STATES, type Job, type JobState } from "./job.ts";
 export type { JsonValue } from "./json.ts";
 export { jsonLogger, type Logger, silentLogger } from "./logger.ts";
+export { definePlugin, type PayloadSchema, type Plugin } from "./plugins/plugin.ts";
 export { type BackoffPolicy, DEFAULT_BACKOFF, retryDelayMs } from "./retry.ts";
 export { createReaper } from "./worker/reaper.ts";
 export {

@@ -1,0 +1,191 @@
+// The compiled binary (`npm run build`) run from a folder with no
+// node_modules, and the zero-config embedded database: created on the first
+// start, reused on the next.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync } from "node:fs";
+import { copyFile, mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import {
+  cleanEnv,
+  freePort,
+  REPO,
+  runConveyor,
+  spawnConveyor,
+  waitReady,
+  workspace,
+} from "./daemon-process.ts";
+import { type TestDb, testDatabase } from "./harness.ts";
+
+const T = 180_000;
+
+let db: TestDb;
+beforeAll(async () => {
+  db = await testDatabase();
+}, 60_000);
+afterAll(async () => {
+  await db.drop();
+});
+
+// Type-only imports (erased by Bun's transpiler) and value imports from
+// "conveyor" (served by the daemon): neither needs node_modules.
+const PLUGINS = {
+  "greet/hello.ts": `import type { JobContext, Plugin } from "conveyor";
+interface Payload { name: string }
+export default {
+  handler: (p: Payload, ctx: JobContext) => ({ hello: p.name, token: ctx.fencingToken }),
+} satisfies Plugin<Payload>;
+`,
+  "checked.ts": `import { definePlugin, z } from "conveyor";
+export default definePlugin({
+  schema: z.object({ n: z.number() }),
+  handler: (p) => ({ twice: p.n * 2 }),
+});
+`,
+};
+
+async function jobOf(id: string) {
+  return (await db.sql`select state, result from conveyor_jobs where id = ${id}`)[0];
+}
+
+async function waitCompleted(id: string, ms = 30_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const j = await jobOf(id);
+    if (j?.state === "completed" || Date.now() > deadline) return j;
+    await Bun.sleep(50);
+  }
+}
+
+describe("the compiled binary", () => {
+  test(
+    "npm run build; check and start with plugins in a folder without node_modules",
+    async () => {
+      const build = Bun.spawnSync(["npm", "run", "build"], { cwd: REPO, env: cleanEnv() });
+      expect(build.exitCode).toBe(0);
+      const bin = path.join(REPO, "dist", "conveyor");
+      expect(existsSync(bin)).toBe(true);
+
+      const port = await freePort();
+      const { dir, config } = await workspace(
+        `[database]\nurl = "${db.url}"\n[api]\nlisten = "127.0.0.1:${port}"\n`,
+        PLUGINS,
+      );
+      // The binary alone in its folder, run from there.
+      const local = path.join(dir, "conveyor");
+      await copyFile(bin, local);
+      Bun.spawnSync(["chmod", "+x", local]);
+      expect(existsSync(path.join(dir, "node_modules"))).toBe(false);
+      const cmd = [local];
+
+      const version = await runConveyor(["--version"], { cmd, cwd: dir });
+      expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+
+      const check = await runConveyor(["check", "--json"], { cmd, cwd: dir });
+      expect(check.code).toBe(0);
+      expect(JSON.parse(check.stdout).kinds).toEqual([
+        { kind: "checked", file: "checked.ts", queue: null },
+        { kind: "greet/hello", file: "greet/hello.ts", queue: null },
+      ]);
+
+      const daemon = spawnConveyor(["start", "--config", config], { cmd, cwd: dir });
+      try {
+        await waitReady(daemon, `http://127.0.0.1:${port}`);
+        const enq = await runConveyor(["enqueue", "default", "greet/hello", '{"name":"bin"}'], {
+          cmd,
+          cwd: dir,
+        });
+        expect(enq.code).toBe(0);
+        const { id } = JSON.parse(enq.stdout) as { id: string };
+        expect(await waitCompleted(id)).toMatchObject({
+          state: "completed",
+          result: { hello: "bin" },
+        });
+        const res = await fetch(`http://127.0.0.1:${port}/v1/jobs`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ kind: "checked", payload: { n: 21 } }),
+        });
+        const { job } = (await res.json()) as { job: { id: string } };
+        expect(await waitCompleted(job.id)).toMatchObject({ result: { twice: 42 } });
+      } finally {
+        daemon.proc.kill("SIGTERM");
+      }
+      expect(await daemon.exited).toBe(0);
+    },
+    T,
+  );
+});
+
+describe("the embedded default", () => {
+  test(
+    "no database URL: creates a cluster next to the config, reuses it on the next start",
+    async () => {
+      const port = await freePort();
+      const { dir, config } = await workspace(
+        `[api]\nlisten = "127.0.0.1:${port}"\n[worker]\npoll_interval_ms = 200\n`,
+        PLUGINS,
+      );
+      const base = `http://127.0.0.1:${port}`;
+      const first = spawnConveyor(["start", "--config", config], { cwd: dir });
+      let id: string;
+      try {
+        await waitReady(first, base, 120_000);
+        const using = first.logs.find((r) => r.msg === "using embedded PostgreSQL");
+        expect(using?.url).toMatch(/^postgres:\/\/postgres@127\.0\.0\.1:\d+\/conveyor$/);
+        expect(existsSync(path.join(dir, ".conveyor", "pgdata", "PG_VERSION"))).toBe(true);
+        // A second daemon cannot own the same cluster.
+        const twin = await runConveyor(["start", "--config", config], { cwd: dir });
+        expect(twin.code).toBe(1);
+        expect(twin.stderr).toContain("is already running");
+        // A one-shot command finds the running cluster rather than starting another.
+        const enq = await runConveyor(
+          ["enqueue", "default", "greet/hello", '{"name":"embedded"}', "--config", config],
+          { cwd: dir },
+        );
+        expect(enq.code).toBe(0);
+        id = (JSON.parse(enq.stdout) as { id: string }).id;
+        const read = async () =>
+          (await (await fetch(`${base}/v1/jobs/${id}`)).json()) as { job: { state: string } };
+        for (let i = 0; i < 200 && (await read()).job.state !== "completed"; i++) {
+          await Bun.sleep(50);
+        }
+        expect((await read()).job.state).toBe("completed");
+      } finally {
+        first.proc.kill("SIGTERM");
+      }
+      expect(await first.exited).toBe(0);
+      expect(first.logs.some((r) => r.msg === "embedded PostgreSQL stopped")).toBe(true);
+
+      const second = spawnConveyor(["start", "--config", config], { cwd: dir });
+      try {
+        await waitReady(second, base, 120_000);
+        expect(second.logs.some((r) => r.msg === "starting embedded PostgreSQL")).toBe(true);
+        const res = await fetch(`${base}/v1/jobs/${id}`);
+        expect(((await res.json()) as { job: { state: string } }).job.state).toBe("completed");
+      } finally {
+        second.proc.kill("SIGTERM");
+      }
+      expect(await second.exited).toBe(0);
+    },
+    T,
+  );
+
+  test(
+    "check resolves secrets only for the roles that need them",
+    async () => {
+      const dir = await mkdtemp(path.join(tmpdir(), "conveyor-nodb-"));
+      const { config } = await workspace(
+        `[[api.tokens]]\ntoken_env = "UNSET_TOKEN_VARIABLE"\nscopes = ["admin"]\n[embedded]\ndata_dir = "${dir}/pg"\n`,
+        PLUGINS,
+      );
+      const check = await runConveyor(["check", "--config", config]);
+      expect(check.code).toBe(78);
+      expect(check.stderr).toContain("api.tokens.0.token_env");
+      const workersOnly = await runConveyor(["check", "--config", config, "--roles", "worker"]);
+      expect(workersOnly.code).toBe(0);
+      expect(workersOnly.stdout).toContain("greet/hello");
+    },
+    T,
+  );
+});
