@@ -103,6 +103,8 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
   const dataDir = path.resolve(opts.dataDir);
   const passwordFile = path.join(dataDir, "conveyor.password");
   if (!existsSync(path.join(dataDir, "PG_VERSION"))) {
+    // Parents 0755 so that user postgres (when we are root) can reach the data folder.
+    await mkdir(path.dirname(dataDir), { recursive: true, mode: 0o755 });
     await mkdir(dataDir, { recursive: true, mode: 0o700 });
     if (ids) await chown(dataDir, ids.uid, ids.gid);
     const password = randomBytes(18).toString("base64url");

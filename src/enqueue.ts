@@ -26,7 +26,7 @@ export const enqueueInputSchema = z
       .default(DEFAULT_QUEUE),
     kind: z.string().regex(KIND_RE, "1-256 characters from A-Z a-z 0-9 _ . : / -"),
     payload: z.unknown().optional(),
-    priority: z.number().int().min(-32768).max(32767).default(0),
+    priority: z.number().int().min(-32768).max(32767).optional(),
     runAt: z
       .union([z.date(), z.iso.datetime({ offset: true })])
       .transform((v) => new Date(v))
@@ -67,6 +67,8 @@ export interface EnqueueOptions {
   maxPayloadBytes?: number;
   /** max_attempts for jobs that do not set it. Default 25. */
   defaultMaxAttempts?: number;
+  /** Per-queue defaults for jobs that do not set them (from conveyor.toml's [queues.<name>]). */
+  queueDefaults?: Record<string, { priority?: number; maxAttempts?: number }>;
 }
 
 export interface EnqueueResult {
@@ -87,15 +89,20 @@ function toRow(input: unknown, i: number, root: string, opts: EnqueueOptions): I
   if (v.runAt && Number.isNaN(v.runAt.getTime())) {
     throw new ValidationError(`${root}.runAt`, "invalid date");
   }
+  const queueDefaults = opts.queueDefaults?.[v.queue];
   return {
     i,
     queue: v.queue,
     kind: v.kind,
     payload,
-    priority: v.priority,
+    priority: v.priority ?? queueDefaults?.priority ?? 0,
     run_at: v.runAt ? v.runAt.toISOString() : null,
     delay_ms: v.delayMs ?? null,
-    max_attempts: v.maxAttempts ?? opts.defaultMaxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+    max_attempts:
+      v.maxAttempts ??
+      queueDefaults?.maxAttempts ??
+      opts.defaultMaxAttempts ??
+      DEFAULT_MAX_ATTEMPTS,
     idempotency_key: v.idempotencyKey ?? null,
     traceparent: v.traceparent ?? newTraceparent(),
     tracestate: v.tracestate ?? null,

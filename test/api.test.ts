@@ -632,7 +632,7 @@ describe("auth", () => {
         // @ts-expect-error: an unknown scope
         auth: { tokens: [{ token: "t", scopes: ["root"] }] },
       }),
-    ).toThrow(/api\.auth\.tokens\.0\.scopes/);
+    ).toThrow(/api\.auth\.tokens\[0\]\.scopes/);
   });
 });
 

@@ -49,6 +49,20 @@ describe("enqueue", () => {
     expect(j2.runAt.getTime()).toBe(at.getTime());
   });
 
+  test("per-queue defaults apply to jobs that do not set priority or maxAttempts", async () => {
+    const opts = { queueDefaults: { slow: { priority: 5, maxAttempts: 3 } } };
+    const { job: a } = await enqueue(db.sql, { queue: "slow", kind: "k" }, opts);
+    const { job: b } = await enqueue(
+      db.sql,
+      { queue: "slow", kind: "k", priority: -1, maxAttempts: 9 },
+      opts,
+    );
+    const { job: c } = await enqueue(db.sql, { queue: "other", kind: "k" }, opts);
+    expect([a.priority, a.maxAttempts]).toEqual([5, 3]);
+    expect([b.priority, b.maxAttempts]).toEqual([-1, 9]);
+    expect([c.priority, c.maxAttempts]).toEqual([0, 25]);
+  });
+
   test("a repeated idempotency key returns the existing job and says so", async () => {
     const a = await enqueue(db.sql, {
       queue: "q1",

@@ -20,10 +20,41 @@ import { createWorker, type Worker } from "../worker/worker.ts";
 import { type Database, openDatabase } from "./database.ts";
 import { serveApi } from "./http.ts";
 import { logJobEvents } from "./job-log.ts";
-import { makePlan, type Plan, type PlannedQueue } from "./plan.ts";
+import { makePlan, type Plan } from "./plan.ts";
 
 export const ROLES = ["api", "worker", "cron", "reaper"] as const;
 export type Role = (typeof ROLES)[number];
+
+/** Errors that mean "the server is not reachable now", worth waiting out. */
+export function isConnectionError(error: unknown): boolean {
+  const e = error as { code?: string; errno?: string } | undefined;
+  const code = String(e?.code ?? e?.errno ?? "");
+  return (
+    /^(ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND|CONNECTION_|CONNECT_TIMEOUT)/.test(
+      code,
+    ) ||
+    code.startsWith("08") || // connection_exception
+    code === "57P01" || // admin_shutdown
+    code === "57P02" || // crash_shutdown
+    code === "57P03" // cannot_connect_now (starting up, in recovery)
+  );
+}
+
+export const STARTUP_WAIT_MS = 300_000;
+
+async function untilConnected(log: Logger, fn: () => Promise<void>): Promise<void> {
+  const deadline = Date.now() + STARTUP_WAIT_MS;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (error) {
+      if (!isConnectionError(error) || Date.now() > deadline) throw error;
+      const delay = Math.min(5_000, 100 * 2 ** attempt);
+      log.warn("database not reachable; retrying", { error, attempt, retryInMs: delay });
+      await Bun.sleep(delay);
+    }
+  }
+}
 
 export interface Daemon {
   /** The API's address when the api role runs, e.g. http://127.0.0.1:8080. */
@@ -54,20 +85,6 @@ export async function planFor(
       })
     : [];
   return makePlan(config, plugins, { requireCronKinds: needPlugins });
-}
-
-/**
- * One worker per distinct queue backoff: the engine's backoff is per worker
- * (and per kind, which plugins set), so queues with their own backoff_*_ms
- * get a worker of their own. With default settings that is one worker.
- */
-function workerGroups(queues: PlannedQueue[]): PlannedQueue[][] {
-  const groups = new Map<string, PlannedQueue[]>();
-  for (const q of queues) {
-    const key = `${q.backoff.baseMs}:${q.backoff.maxMs}`;
-    groups.set(key, [...(groups.get(key) ?? []), q]);
-  }
-  return [...groups.values()];
 }
 
 async function warnUnserved(db: Database, plan: Plan, logger: Logger): Promise<void> {
@@ -102,20 +119,24 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
   let server: Server<undefined> | undefined;
   let ready = false;
   try {
-    const applied = await migrate(db.sql);
-    log.info("migrations", { applied, upToDate: applied.length === 0 });
+    // Postgres may be restarting or not up yet (a container starting beside
+    // us): wait for it rather than exit, as every loop does later.
+    await untilConnected(log, async () => {
+      const applied = await migrate(db.sql);
+      log.info("migrations", { applied, upToDate: applied.length === 0 });
 
-    for (const paused of [true, false]) {
-      const names = Object.entries(config.queues)
-        .filter(([, q]) => q.paused === paused)
-        .map(([name]) => name);
-      if (names.length > 0) {
-        await setQueuesPaused(db.sql, names, paused);
-        log.info(paused ? "queues paused by config" : "queues resumed by config", {
-          queues: names,
-        });
+      for (const paused of [true, false]) {
+        const names = Object.entries(config.queues)
+          .filter(([, q]) => q.paused === paused)
+          .map(([name]) => name);
+        if (names.length > 0) {
+          await setQueuesPaused(db.sql, names, paused);
+          log.info(paused ? "queues paused by config" : "queues resumed by config", {
+            queues: names,
+          });
+        }
       }
-    }
+    });
 
     const events = createEvents((name, error) =>
       log.warn("event listener threw", { event: name, error }),
@@ -128,22 +149,26 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
           plugins: config.plugins.dir,
         });
       } else {
-        await warnUnserved(db, plan, log);
-        workers = workerGroups(plan.queues).map((group) =>
+        await warnUnserved(db, plan, log).catch((error) =>
+          log.warn("could not check for jobs no worker here serves", { error }),
+        );
+        workers = [
           createWorker({
             sql: db.sql,
             queues: Object.fromEntries(
-              group.map((q) => [q.name, { concurrency: q.concurrency, leaseMs: q.leaseMs }]),
+              plan.queues.map((q) => [
+                q.name,
+                { concurrency: q.concurrency, leaseMs: q.leaseMs, backoff: q.backoff },
+              ]),
             ),
             handlers: plan.handlers,
-            backoff: group[0]?.backoff,
             pollIntervalMs: config.worker.pollIntervalMs,
             ...(config.worker.heartbeatMs ? { heartbeatMs: config.worker.heartbeatMs } : {}),
             reaper: false,
             logger,
             events,
           }),
-        );
+        ];
         for (const w of workers) await w.start();
       }
     }
@@ -167,6 +192,15 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
         sql: db.sql,
         logger: logger.child({ component: "api" }),
         auth: { tokens: config.api.tokens },
+        // [queues.<name>] max_attempts and priority apply to HTTP enqueues too.
+        enqueueDefaults: {
+          queueDefaults: Object.fromEntries(
+            Object.entries(config.queues).map(([name, q]) => [
+              name,
+              { priority: q.priority, maxAttempts: q.maxAttempts },
+            ]),
+          ),
+        },
         ...(config.api.maxBodyBytes ? { maxBodyBytes: config.api.maxBodyBytes } : {}),
         version: o.version,
         isReady: async () => ready,

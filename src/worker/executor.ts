@@ -37,6 +37,8 @@ export interface ExecutorDeps {
   completer: Completer;
   running: Map<string, Execution>;
   backoff: BackoffPolicy;
+  /** Per-queue overrides of `backoff`; a kind's own backoff overrides both. */
+  queueBackoff: Map<string, Partial<BackoffPolicy>>;
   events: Events;
   logger: Logger;
 }
@@ -70,7 +72,7 @@ export function createExecutor(d: ExecutorDeps) {
 
   async function fail(exec: Execution, spec: HandlerSpec | undefined, error: unknown) {
     const { job } = exec;
-    const policy = { ...d.backoff, ...spec?.backoff };
+    const policy = { ...d.backoff, ...d.queueBackoff.get(job.queue), ...spec?.backoff };
     const delay = retryDelayMs(job.attempts, policy);
     const states = await failJobs(d.sql, d.owner, [
       { ...exec.lease, error: attemptError(job, error), retryDelayMs: delay },

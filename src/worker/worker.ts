@@ -42,6 +42,8 @@ export const queueOptionsSchema = z
     /** Jobs leased per round trip; default min(concurrency, 500). */
     fetchBatch: z.number().int().min(1).max(MAX_FETCH_BATCH).optional(),
     leaseMs: z.number().int().min(100).max(86_400_000).default(DEFAULT_LEASE_MS),
+    /** Retry delays for this queue; overrides the worker's, overridden by a kind's. */
+    backoff: backoffSchema.optional(),
   })
   .strict();
 export type QueueOptions = z.input<typeof queueOptionsSchema>;
@@ -132,6 +134,9 @@ export function createWorker(options: WorkerOptions): Worker {
     completer,
     running,
     backoff: { ...DEFAULT_BACKOFF, ...o.backoff },
+    queueBackoff: new Map(
+      Object.entries(o.queues).flatMap(([q, c]) => (c.backoff ? [[q, c.backoff]] : [])),
+    ),
     events,
     logger,
   });
