@@ -1,0 +1,321 @@
+// The measurement process: reads one Task, drives one system's Adapter
+// through one scenario, prints one Result. Runs on Bun (Conveyor, bare SQL)
+// and on Node (the peers), so it uses nothing runtime-specific.
+//
+// Timing rules, the same for every system:
+// - throughput: jobs are pre-enqueued with the system's own batch API, then
+//   the database is settled (CHECKPOINT, VACUUM ANALYZE). The clock runs from
+//   the first handler call to the moment the last completion is durable
+//   (committed to Postgres, or acknowledged by Redis), so connection set-up
+//   and schema checks are reported separately as startupMs.
+// - latency: one process enqueues one job at a time on a fixed schedule
+//   (open loop: a slow enqueue does not delay the next one) with
+//   performance.timeOrigin + performance.now() in the payload; the handler
+//   subtracts it from the same clock. Also reported from the moment the
+//   enqueue call returned (its commit acknowledged), which can be negative:
+//   a worker woken by the commit may start before the client hears back.
+// - rss: the process samples its own RSS on a timer while it drains a backlog.
+import postgres from "postgres";
+import { RESULT_PREFIX, type Result, type RssSample, type Task } from "./protocol.ts";
+import { round, slope, summarize } from "./stats.ts";
+
+export interface Payload {
+  i: number;
+  /** Enqueue time, ms on the epoch clock (latency runs). */
+  t0?: number;
+}
+
+/** One system, as the driver sees it. Every method is that system's ordinary public API. */
+export interface Adapter {
+  /** Installs schema / queues. Untimed. */
+  setup(): Promise<void>;
+  /** Pre-enqueues jobs payload i = 0..n-1 with the system's batch API. Untimed. */
+  preload(n: number): Promise<void>;
+  enqueueOne(payload: Payload): Promise<void>;
+  enqueueBatch(payloads: Payload[]): Promise<void>;
+  /** Starts processing; `onStart` must be the first thing each handler does. */
+  start(onStart: (payload: Payload) => void): Promise<void>;
+  /** Resolves once n jobs' outcomes are durable (called after n handlers started). */
+  waitCompleted(n: number): Promise<void>;
+  close(): Promise<void>;
+  /** True when jobs live in Postgres: the driver settles the database after the preload. */
+  readonly postgres: boolean;
+  /** Scenarios this adapter cannot run (e.g. the bare loop has no latency path). */
+  readonly unsupported?: readonly Task["scenario"][];
+  readonly notes?: string[];
+}
+
+/**
+ * Connections the enqueuing side of every system gets (its own pool where the
+ * library allows one), so that at 1,000 jobs/s one-per-call enqueues queue on
+ * the commit, not on a small client pool.
+ */
+export const ENQUEUE_POOL = 20;
+
+export const nowMs = () => performance.timeOrigin + performance.now();
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Polls `check` every intervalMs until it returns true; throws after timeoutMs. */
+export async function pollUntil(
+  check: () => Promise<boolean> | boolean,
+  intervalMs = 2,
+  timeoutMs = 600_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await sleep(intervalMs);
+  }
+}
+
+/** A counter whose `reach(n)` resolves once it has been incremented n times. */
+export function counter() {
+  let value = 0;
+  const waiters: { n: number; resolve: () => void }[] = [];
+  return {
+    get value() {
+      return value;
+    },
+    add(k = 1) {
+      value += k;
+      for (let i = waiters.length - 1; i >= 0; i--) {
+        const w = waiters[i] as { n: number; resolve: () => void };
+        if (value >= w.n) {
+          waiters.splice(i, 1);
+          w.resolve();
+        }
+      }
+    },
+    reach(n: number): Promise<void> {
+      if (value >= n) return Promise.resolve();
+      return new Promise((resolve) => waiters.push({ n, resolve }));
+    },
+  };
+}
+
+export function readTask(): Task {
+  const raw = process.env.BENCH_TASK;
+  if (!raw) throw new Error("BENCH_TASK is not set: run measurements through bench/run.ts");
+  return JSON.parse(raw) as Task;
+}
+
+export function runtimeName(): string {
+  const v = process.versions as Record<string, string | undefined>;
+  return v.bun ? `bun ${v.bun}` : `node ${process.versions.node}`;
+}
+
+async function settle(url: string) {
+  // A checkpoint due to the preload's WAL would otherwise land inside the
+  // measured window of some runs and not others; fresh statistics let the
+  // planner see the preloaded rows.
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    await sql`checkpoint`;
+    await sql`vacuum analyze`;
+  } finally {
+    await sql.end({ timeout: 5 });
+  }
+}
+
+const payloads = (from: number, count: number): Payload[] =>
+  Array.from({ length: count }, (_, k) => ({ i: from + k }));
+
+async function throughput(task: Task, a: Adapter): Promise<Result> {
+  await a.setup();
+  await a.preload(task.n);
+  if (a.postgres) await settle(task.databaseUrl);
+  const started = counter();
+  let first = 0;
+  let cpuAtFirst = process.cpuUsage();
+  const t0 = nowMs();
+  await a.start(() => {
+    if (started.value === 0) {
+      first = nowMs();
+      cpuAtFirst = process.cpuUsage();
+    }
+    started.add();
+  });
+  await started.reach(task.n);
+  await a.waitCompleted(task.n);
+  const end = nowMs();
+  const cpu = process.cpuUsage(cpuAtFirst);
+  await a.close();
+  const elapsedMs = end - first;
+  return {
+    jobsPerSec: round((task.n / elapsedMs) * 1000),
+    elapsedMs: round(elapsedMs, 1),
+    startupMs: round(first - t0, 1),
+    cpuMs: round((cpu.user + cpu.system) / 1000, 1),
+    runtime: runtimeName(),
+  };
+}
+
+async function latency(task: Task, a: Adapter): Promise<Result> {
+  const rate = task.rate ?? 100;
+  const warmup = task.warmup ?? 0;
+  const total = warmup + task.n;
+  await a.setup();
+  // Handler start, enqueue call, enqueue acknowledged (commit), per job.
+  const startAt = new Float64Array(total).fill(Number.NaN);
+  const callAt = new Float64Array(total).fill(Number.NaN);
+  const ackAt = new Float64Array(total).fill(Number.NaN);
+  const started = counter();
+  await a.start((p) => {
+    if (p.t0 !== undefined && p.i >= 0) {
+      startAt[p.i] = nowMs();
+      callAt[p.i] = p.t0;
+    }
+    started.add();
+  });
+  // Let the worker reach its idle state (LISTEN connected, first empty fetch done).
+  await sleep(1_000);
+  const interval = 1_000 / rate;
+  const inflight: Promise<void>[] = [];
+  const errors: unknown[] = [];
+  const begin = nowMs();
+  let issued = 0;
+  let lastIssue = begin;
+  while (issued < total) {
+    const due = Math.min(total, Math.floor((nowMs() - begin) / interval) + 1);
+    while (issued < due) {
+      const i = issued++;
+      lastIssue = nowMs();
+      inflight.push(
+        a.enqueueOne({ i, t0: lastIssue }).then(
+          () => {
+            ackAt[i] = nowMs();
+          },
+          (e) => void errors.push(e),
+        ),
+      );
+    }
+    const next = begin + issued * interval - nowMs();
+    await sleep(Math.max(0, Math.min(next, 5)));
+  }
+  await Promise.all(inflight);
+  if (errors.length > 0) throw errors[0];
+  await started.reach(total);
+  await a.close();
+  const fromCall: number[] = [];
+  const fromAck: number[] = [];
+  for (let i = warmup; i < total; i++) {
+    fromCall.push((startAt[i] as number) - (callAt[i] as number));
+    fromAck.push((startAt[i] as number) - (ackAt[i] as number));
+  }
+  return {
+    ...roundAll(summarize(fromCall)),
+    fromAck: roundAll(summarize(fromAck)),
+    achievedRate: round(((total - 1) / (lastIssue - begin)) * 1000, 1),
+    runtime: runtimeName(),
+  };
+}
+
+function roundAll<T extends Record<string, number>>(o: T): T {
+  const out = { ...o };
+  for (const k of Object.keys(out)) (out as Record<string, number>)[k] = round(o[k] as number, 3);
+  return out;
+}
+
+async function enqueue(task: Task, a: Adapter): Promise<Result> {
+  await a.setup();
+  const batch = task.batchSize ?? 1_000;
+  // Warm the connection pool and prepared statements; not counted.
+  for (let i = 0; i < 20; i++) await a.enqueueOne({ i: -1 });
+  if (task.enqueueMode === "batched") {
+    await a.enqueueBatch(payloads(0, Math.min(batch, 100)));
+    const t0 = nowMs();
+    for (let i = 0; i < task.n; i += batch) {
+      await a.enqueueBatch(payloads(i, Math.min(batch, task.n - i)));
+    }
+    const elapsed = nowMs() - t0;
+    await a.close();
+    return {
+      jobsPerSec: round((task.n / elapsed) * 1000),
+      elapsedMs: round(elapsed, 1),
+      runtime: runtimeName(),
+    };
+  }
+  const calls: number[] = [];
+  const t0 = nowMs();
+  for (let i = 0; i < task.n; i++) {
+    const c0 = nowMs();
+    await a.enqueueOne({ i });
+    calls.push(nowMs() - c0);
+  }
+  const elapsed = nowMs() - t0;
+  await a.close();
+  return {
+    jobsPerSec: round((task.n / elapsed) * 1000),
+    elapsedMs: round(elapsed, 1),
+    ...roundAll(summarize(calls)),
+    runtime: runtimeName(),
+  };
+}
+
+async function rss(task: Task, a: Adapter): Promise<Result> {
+  await a.setup();
+  await a.preload(task.n);
+  if (a.postgres) await settle(task.databaseUrl);
+  const started = counter();
+  const samples: RssSample[] = [];
+  const t0 = nowMs();
+  const sample = () =>
+    samples.push({
+      t: round(nowMs() - t0),
+      rssMb: round(process.memoryUsage.rss() / 1024 / 1024, 1),
+      done: started.value,
+    });
+  sample();
+  const timer = setInterval(sample, task.sampleMs ?? 500);
+  await a.start(() => started.add());
+  await started.reach(task.n);
+  await a.waitCompleted(task.n);
+  const elapsed = nowMs() - t0;
+  clearInterval(timer);
+  sample();
+  await a.close();
+  // Start-up allocation (pools, JIT) is not growth: fit after the first 10%.
+  const steady = samples.filter((s) => s.t >= elapsed * 0.1);
+  const ts = steady.map((s) => s.t / 60_000);
+  const ms = steady.map((s) => s.rssMb);
+  return {
+    jobsPerSec: round((task.n / elapsed) * 1000),
+    elapsedMs: round(elapsed),
+    rss: samples,
+    maxRssMb: Math.max(...samples.map((s) => s.rssMb)),
+    rssSlopeMbPerMin: round(slope(ts, ms), 2),
+    rssSlopeMbPer100k: round(
+      slope(
+        steady.map((s) => s.done / 100_000),
+        ms,
+      ),
+      2,
+    ),
+    runtime: runtimeName(),
+  };
+}
+
+/** Entry point of every system file: build the adapter, run the task, print the result, exit. */
+export async function runChild(build: (task: Task) => Promise<Adapter> | Adapter): Promise<void> {
+  const task = readTask();
+  const a = await build(task);
+  if (a.unsupported?.includes(task.scenario)) {
+    throw new Error(`${task.system} does not support scenario ${task.scenario}`);
+  }
+  const run = { throughput, latency, enqueue, rss }[task.scenario];
+  const result = await run(task, a);
+  if (a.notes) result.notes = a.notes;
+  process.stdout.write(`${RESULT_PREFIX}${JSON.stringify(result)}\n`);
+  // Some clients keep timers or sockets alive after close; the result is out.
+  process.exit(0);
+}
+
+/** Top-level wrapper for system files: any failure exits non-zero with the stack on stderr. */
+export function main(build: Parameters<typeof runChild>[0]): void {
+  runChild(build).catch((error) => {
+    process.stderr.write(
+      `${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
+    process.exit(1);
+  });
+}
