@@ -1,3 +1,4 @@
+import type { LeasedRow } from "./db/fetch.ts";
 import type { JsonValue } from "./json.ts";
 
 export const JOB_STATES = [
@@ -90,5 +91,31 @@ export function jobFromRow(row: JobRow): Job {
     createdAt: row.created_at,
     attemptedAt: row.attempted_at,
     finalizedAt: row.finalized_at,
+  };
+}
+
+/** The Job a handler sees, from the columns fetchJobs returns. */
+export function jobFromLeasedRow(row: LeasedRow, owner: string, leaseMs: number): Job {
+  return {
+    id: row.id,
+    queue: row.queue,
+    kind: row.kind,
+    payload: row.payload,
+    state: "running",
+    priority: row.priority,
+    runAt: new Date(row.run_at_ms),
+    attempts: row.attempts,
+    maxAttempts: row.max_attempts,
+    leaseOwner: owner,
+    leaseVersion: Number(row.lease_version),
+    leaseExpiresAt: new Date(row.lease_expires_at_ms),
+    idempotencyKey: row.idempotency_key,
+    result: null,
+    errors: row.errors ?? [],
+    traceparent: row.traceparent,
+    tracestate: row.tracestate,
+    createdAt: new Date(row.created_at_ms),
+    attemptedAt: new Date(row.lease_expires_at_ms - leaseMs),
+    finalizedAt: null,
   };
 }

@@ -1,4 +1,5 @@
-import type { JobRow } from "../job.ts";
+import type { AttemptError } from "../job.ts";
+import type { JsonValue } from "../json.ts";
 import type { Db } from "./db.ts";
 
 export interface FetchParams {
@@ -11,6 +12,31 @@ export interface FetchParams {
 }
 
 /**
+ * What a worker needs of a job it leased. Fewer columns than `returning *`:
+ * decoding 20 columns (five timestamps into Dates, three jsonb) was a third
+ * of the worker's CPU per job in a 20,000-job profile. Times come as epoch
+ * milliseconds (float8 decodes far faster than a timestamp string), errors
+ * only when an earlier attempt left some.
+ */
+export interface LeasedRow {
+  id: string;
+  queue: string;
+  kind: string;
+  payload: JsonValue;
+  priority: number;
+  attempts: number;
+  max_attempts: number;
+  lease_version: string;
+  idempotency_key: string | null;
+  traceparent: string | null;
+  tracestate: string | null;
+  run_at_ms: number;
+  created_at_ms: number;
+  lease_expires_at_ms: number;
+  errors: AttemptError[] | null;
+}
+
+/**
  * Leases up to `limit` runnable jobs of one queue in one statement (spec: Dequeue).
  *
  * SKIP LOCKED lets concurrent fetchers take disjoint rows without waiting.
@@ -19,7 +45,7 @@ export interface FetchParams {
  * The inner select reads only conveyor_jobs_dequeue_idx (state = 'available'),
  * so finished rows do not slow it down.
  */
-export async function fetchJobs(db: Db, p: FetchParams): Promise<JobRow[]> {
+export async function fetchJobs(db: Db, p: FetchParams): Promise<LeasedRow[]> {
   return (await db`
     with next as (
       select id from conveyor_jobs
@@ -39,5 +65,10 @@ export async function fetchJobs(db: Db, p: FetchParams): Promise<JobRow[]> {
            attempted_at = now()
       from next
      where j.id = next.id
-    returning j.*`) as unknown as JobRow[];
+    returning j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+              j.lease_version, j.idempotency_key, j.traceparent, j.tracestate,
+              extract(epoch from j.run_at)::float8 * 1000 as run_at_ms,
+              extract(epoch from j.created_at)::float8 * 1000 as created_at_ms,
+              extract(epoch from j.lease_expires_at)::float8 * 1000 as lease_expires_at_ms,
+              case when j.errors <> '[]'::jsonb then j.errors end as errors`) as unknown as LeasedRow[];
 }

@@ -6,7 +6,13 @@ export interface Execution {
   readonly job: Job;
   readonly lease: Lease;
   readonly leaseMs: number;
-  readonly controller: AbortController;
+  /** Why the handler was told to stop (StaleLeaseError, JobTimeoutError, ShutdownError), once set. */
+  abortReason: unknown;
+  /**
+   * Created only when the handler reads ctx.signal: an AbortController per job
+   * cost 3-4% of the worker's CPU for handlers that never look at it.
+   */
+  controller: AbortController | undefined;
   /** Inside ctx.transaction(): the row is locked by us, heartbeats skip it. */
   inTransaction: boolean;
   /** The handler returned; its outcome write is queued or in flight. */
@@ -16,4 +22,18 @@ export interface Execution {
   /** Given back on shutdown: skip any outcome write. */
   released: boolean;
   readonly done: Promise<void>;
+}
+
+export function abortExecution(e: Execution, reason: unknown): void {
+  if (e.abortReason !== undefined) return;
+  e.abortReason = reason;
+  e.controller?.abort(reason);
+}
+
+export function signalOf(e: Execution): AbortSignal {
+  if (!e.controller) {
+    e.controller = new AbortController();
+    if (e.abortReason !== undefined) e.controller.abort(e.abortReason);
+  }
+  return e.controller.signal;
 }

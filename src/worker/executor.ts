@@ -5,6 +5,7 @@
 // state guard; a write that matches 0 rows is reported as lease:lost and never
 // retried as a different write.
 import type { Pool } from "../db/db.ts";
+import type { LeasedRow } from "../db/fetch.ts";
 import {
   cancelLeasedJobs,
   completeJobs,
@@ -22,13 +23,13 @@ import {
 import type { Events } from "../events.ts";
 import type { HandlerSpec, JobContext } from "../handler.ts";
 import { outcomeKind, outcomeOf } from "../handler.ts";
-import type { AttemptError, Job, JobRow } from "../job.ts";
-import { jobFromRow } from "../job.ts";
+import type { AttemptError, Job } from "../job.ts";
+import { jobFromLeasedRow } from "../job.ts";
 import { assertJson, type JsonValue } from "../json.ts";
 import type { Logger } from "../logger.ts";
 import { type BackoffPolicy, retryDelayMs } from "../retry.ts";
 import type { Completer } from "./completer.ts";
-import type { Execution } from "./execution.ts";
+import { abortExecution, type Execution, signalOf } from "./execution.ts";
 
 export interface ExecutorDeps {
   sql: Pool;
@@ -67,8 +68,7 @@ export function createExecutor(d: ExecutorDeps) {
     return error;
   };
 
-  const lostLease = (exec: Execution) =>
-    exec.controller.signal.aborted && exec.controller.signal.reason instanceof StaleLeaseError;
+  const lostLease = (exec: Execution) => exec.abortReason instanceof StaleLeaseError;
 
   async function fail(exec: Execution, spec: HandlerSpec | undefined, error: unknown) {
     const { job } = exec;
@@ -87,12 +87,19 @@ export function createExecutor(d: ExecutorDeps) {
 
   function context(exec: Execution): JobContext {
     const { job, lease } = exec;
+    let logger: JobContext["logger"] | undefined;
     return {
       job,
       fencingToken: lease.version,
       idempotencyKey: job.idempotencyKey ?? `job:${job.id}`,
-      signal: exec.controller.signal,
-      logger: d.logger.child({ jobId: job.id, kind: job.kind, fencingToken: lease.version }),
+      // Created on first use: most handlers read neither.
+      get signal() {
+        return signalOf(exec);
+      },
+      get logger() {
+        logger ??= d.logger.child({ jobId: job.id, kind: job.kind, fencingToken: lease.version });
+        return logger;
+      },
       async transaction(fn) {
         if (exec.committed || exec.inTransaction) {
           throw new ConveyorError("ctx.transaction() may be called once per job");
@@ -118,7 +125,7 @@ export function createExecutor(d: ExecutorDeps) {
         } catch (error) {
           if (error instanceof StaleLeaseError) {
             stale(job, "complete");
-            exec.controller.abort(error);
+            abortExecution(exec, error);
           }
           throw error;
         } finally {
@@ -165,14 +172,19 @@ export function createExecutor(d: ExecutorDeps) {
   }
 
   /** Runs a dequeued job to its outcome. Never rejects. */
-  return async function execute(row: JobRow, leaseMs: number): Promise<void> {
-    const job = jobFromRow(row);
+  return async function execute(
+    row: LeasedRow,
+    leaseMs: number,
+    handlerDone: () => void = () => {},
+  ): Promise<void> {
+    const job = jobFromLeasedRow(row, d.owner, leaseMs);
     let finish!: () => void;
     const exec: Execution = {
       job,
       lease: { id: job.id, version: job.leaseVersion },
       leaseMs,
-      controller: new AbortController(),
+      abortReason: undefined,
+      controller: undefined,
       inTransaction: false,
       finishing: false,
       committed: false,
@@ -193,7 +205,7 @@ export function createExecutor(d: ExecutorDeps) {
       }
       if (spec.timeoutMs) {
         const ms = spec.timeoutMs;
-        timer = setTimeout(() => exec.controller.abort(new JobTimeoutError(ms)), ms);
+        timer = setTimeout(() => abortExecution(exec, new JobTimeoutError(ms)), ms);
       }
       let value: unknown;
       let thrown: { error: unknown } | undefined;
@@ -204,6 +216,7 @@ export function createExecutor(d: ExecutorDeps) {
       }
       clearTimeout(timer);
       exec.finishing = true;
+      handlerDone();
       if (exec.committed) {
         if (thrown) {
           d.logger.warn("handler threw after its transaction committed; the job stays completed", {
@@ -217,10 +230,9 @@ export function createExecutor(d: ExecutorDeps) {
       if (exec.released) return; // shutdown gave the lease back; any write would be fenced out
       if (lostLease(exec)) return; // already reported; a write would match 0 rows
       if (thrown) {
-        const reason = exec.controller.signal.reason;
+        const reason = exec.abortReason;
         const error =
-          exec.controller.signal.aborted &&
-          (reason instanceof JobTimeoutError || reason instanceof ShutdownError)
+          reason instanceof JobTimeoutError || reason instanceof ShutdownError
             ? reason
             : thrown.error;
         await fail(exec, spec, error);

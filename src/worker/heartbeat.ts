@@ -8,7 +8,7 @@ import { extendLeases } from "../db/lease.ts";
 import { StaleLeaseError } from "../errors.ts";
 import type { Events } from "../events.ts";
 import type { Logger } from "../logger.ts";
-import type { Execution } from "./execution.ts";
+import { abortExecution, type Execution } from "./execution.ts";
 import { intervalLoop, type Loop } from "./loop.ts";
 
 export interface HeartbeatOptions {
@@ -26,7 +26,7 @@ export function createHeartbeat(o: HeartbeatOptions): Loop {
     // them, and an UPDATE here would only wait for that transaction.
     const byLeaseMs = new Map<number, Execution[]>();
     for (const e of o.running.values()) {
-      if (e.inTransaction || e.committed || e.released || e.controller.signal.aborted) continue;
+      if (e.inTransaction || e.committed || e.released || e.abortReason !== undefined) continue;
       const list = byLeaseMs.get(e.leaseMs) ?? [];
       list.push(e);
       byLeaseMs.set(e.leaseMs, list);
@@ -47,7 +47,7 @@ export function createHeartbeat(o: HeartbeatOptions): Loop {
           fencingToken: e.lease.version,
         });
         o.events.emit("lease:lost", { error });
-        e.controller.abort(error);
+        abortExecution(e, error);
       }
     }
   };

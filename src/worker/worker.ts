@@ -13,7 +13,7 @@ import { jsonLogger, type Logger } from "../logger.ts";
 import { DEFAULT_BACKOFF } from "../retry.ts";
 import { parseOrThrow } from "../validate.ts";
 import { createCompleter } from "./completer.ts";
-import type { Execution } from "./execution.ts";
+import { abortExecution, type Execution } from "./execution.ts";
 import { createExecutor } from "./executor.ts";
 import { createHeartbeat } from "./heartbeat.ts";
 import { createProducer, type Producer } from "./producer.ts";
@@ -197,7 +197,7 @@ export function createWorker(options: WorkerOptions): Worker {
     if (left.length > 0) {
       logger.warn("grace period over; aborting and releasing jobs", { count: left.length });
       const releasable = left.filter((e) => !e.inTransaction);
-      for (const e of left) e.controller.abort(new ShutdownError());
+      for (const e of left) abortExecution(e, new ShutdownError());
       for (const e of releasable) e.released = true;
       try {
         const released = await releaseJobs(
