@@ -29,6 +29,7 @@ export async function startProxy(
   let faults: ProxyFaults = { latencyMs: 0, dropPerSecond: 0 };
   let dropped = 0;
   const pairs = new Set<[Socket, Socket]>();
+  const sockets = new Set<Socket>();
   const relay = (from: Socket, to: Socket) => {
     from.on("data", (chunk) => {
       const send = () => {
@@ -42,9 +43,13 @@ export async function startProxy(
   const server: Server = createServer((client) => {
     const upstream = connect(target.port, target.host);
     const pair: [Socket, Socket] = [client, upstream];
+    sockets.add(client);
+    sockets.add(upstream);
     pairs.add(pair);
     const close = () => {
       pairs.delete(pair);
+      sockets.delete(client);
+      sockets.delete(upstream);
       client.destroy();
       upstream.destroy();
     };
@@ -88,11 +93,9 @@ export async function startProxy(
     },
     async close() {
       clearInterval(dropper);
-      for (const [a, b] of pairs) {
-        a.destroy();
-        b.destroy();
-      }
-      await new Promise<void>((r) => server.close(() => r()));
+      for (const sock of sockets) sock.destroy();
+      // close() waits for every socket; the ones we reset may linger, so do not wait long.
+      await Promise.race([new Promise<void>((r) => server.close(() => r())), Bun.sleep(1_000)]);
     },
   };
 }

@@ -290,8 +290,8 @@ backoff_max_ms = 1000
   const gaps: Record<FaultName, [number, number]> = {
     kill9: [1_000, 3_000],
     sigstop: [500, 2_000],
-    pgRestart: [4_000, 8_000],
-    pgKill9: [5_000, 10_000],
+    pgRestart: [3_000, 6_000],
+    pgKill9: [4_000, 8_000],
     terminate: [500, 2_000],
     network: [0, 500],
   };
@@ -328,13 +328,20 @@ backoff_max_ms = 1000
   const durationMs = Math.round(performance.now() - started);
   shuttingDown = true;
   for (const d of daemons) d.proc?.kill("SIGTERM");
-  await Promise.all(daemons.map((d) => d.proc?.exited));
-  await logFile.end();
-  const pgVersion = (await direct`show server_version`)[0]?.server_version as string;
-  await direct.end();
-  await proxy.close();
-  await sink.stop();
-  await cluster.stop("fast");
+  const settled = (label: string, p: Promise<unknown> | undefined, ms = 15_000) =>
+    Promise.race([
+      Promise.resolve(p).catch((error) => log(`${name}: teardown ${label} failed: ${error}`)),
+      Bun.sleep(ms).then(() => log(`${name}: teardown ${label} timed out after ${ms} ms`)),
+    ]);
+  await settled("daemons", Promise.all(daemons.map((d) => d.proc?.exited)));
+  for (const d of daemons) d.proc?.kill("SIGKILL");
+  await settled("log", Promise.resolve(logFile.end()));
+  const [ver] = await direct`show server_version`;
+  const pgVersion = ver?.server_version as string;
+  await settled("pool", direct.end({ timeout: 5 }));
+  await settled("proxy", proxy.close(), 3_000);
+  await settled("sink", sink.stop(), 3_000);
+  await settled("postgres", cluster.stop("fast"));
   const failures: string[] = MUST_BE_ZERO.filter((k) => verdict[k] !== 0).map(
     (k) => `${k}=${verdict[k]}`,
   );
