@@ -382,7 +382,8 @@ const { values } = parseArgs({
     seed: { type: "string" },
     jobs: { type: "string" },
     "fault-ms": { type: "string" },
-    out: { type: "string", default: path.join(ROOT, "results") },
+    // Full runs write the committed results; CI-profile runs write to a temp folder.
+    out: { type: "string" },
   },
 });
 const base = PROFILES[values.profile as string];
@@ -396,14 +397,19 @@ const names = values.scenario ? [values.scenario] : Object.keys(SCENARIOS);
 const baseSeed = values.seed ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
 let failed = 0;
 const rows: string[] = [];
-await mkdir(values.out as string, { recursive: true });
+const outDir =
+  values.out ??
+  (values.profile === "full"
+    ? path.join(ROOT, "results")
+    : path.join(tmpdir(), "conveyor-fault-results"));
+await mkdir(outDir, { recursive: true });
 for (const [i, name] of names.entries()) {
   const faults = SCENARIOS[name];
   if (!faults)
     throw new Error(`unknown scenario ${name}; one of ${Object.keys(SCENARIOS).join(", ")}`);
   const result = await runScenario(name, faults, profile, baseSeed + i * 1000);
   await writeFile(
-    path.join(values.out as string, `fault-${name}.json`),
+    path.join(outDir, `fault-${name}.json`),
     `${JSON.stringify(result, null, 2)}\n`,
   );
   if (!result.passed) failed++;
