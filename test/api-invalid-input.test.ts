@@ -227,7 +227,9 @@ describe("invalid bodies", () => {
             // A bad value inside a container (jobs: [{}]) is named at its own path.
             const f = attempt.field;
             const named: string = body.error.field;
-            expect(named === f || named.startsWith(`${f}[`) || named.startsWith(`${f}.`)).toBe(true);
+            expect(named === f || named.startsWith(`${f}[`) || named.startsWith(`${f}.`)).toBe(
+              true,
+            );
           } else {
             expect(body.error.code).toBe("invalid_json");
           }

@@ -58,6 +58,8 @@ export interface DaemonConfig {
   worker: { pollIntervalMs: number; graceMs: number; heartbeatMs: number | undefined };
   queues: Record<string, QueueConfig>;
   cron: CronEntryConfig[];
+  /** Per final state, how long finished jobs are kept; null: forever. */
+  retentionMs: { completed: number | null; cancelled: number | null; discarded: number | null };
 }
 
 export type Env = Record<string, string | undefined>;
@@ -233,6 +235,11 @@ export function resolveConfig(
     },
     queues,
     cron: raw.cron.map((c) => ({ ...c, queue: c.queue })),
+    retentionMs: {
+      completed: raw.retention.completed_ms === false ? null : raw.retention.completed_ms,
+      cancelled: raw.retention.cancelled_ms === false ? null : raw.retention.cancelled_ms,
+      discarded: raw.retention.discarded_ms === false ? null : raw.retention.discarded_ms,
+    },
   };
 }
 

@@ -4,6 +4,7 @@ import { Cron } from "croner";
 import { z } from "zod";
 import { DEFAULT_MAX_ATTEMPTS, KIND_RE, QUEUE_NAME_RE } from "../enqueue.ts";
 import { DEFAULT_BACKOFF } from "../retry.ts";
+import { DEFAULT_RETENTION_MS } from "../worker/pruner.ts";
 import {
   DEFAULT_CONCURRENCY,
   DEFAULT_GRACE_MS,
@@ -138,6 +139,16 @@ const cronSchema = z
   })
   .strict();
 
+/** How long finished jobs are kept; `false` keeps them forever. */
+const keepFor = z.union([int(60_000, 100 * 365 * DAY_MS), z.literal(false)]);
+const retentionSchema = z
+  .object({
+    completed_ms: keepFor.default(DEFAULT_RETENTION_MS.completed),
+    cancelled_ms: keepFor.default(DEFAULT_RETENTION_MS.cancelled),
+    discarded_ms: keepFor.default(DEFAULT_RETENTION_MS.discarded),
+  })
+  .strict();
+
 export const configSchema = z
   .object({
     database: databaseSchema.default({ pool_size: DEFAULT_POOL_SIZE }),
@@ -152,6 +163,11 @@ export const configSchema = z
       .record(z.string().regex(QUEUE_NAME_RE, "expected a queue name"), queueSchema)
       .default({}),
     cron: z.array(cronSchema).default([]),
+    retention: retentionSchema.default({
+      completed_ms: DEFAULT_RETENTION_MS.completed,
+      cancelled_ms: DEFAULT_RETENTION_MS.cancelled,
+      discarded_ms: DEFAULT_RETENTION_MS.discarded,
+    }),
   })
   .strict()
   .superRefine((c, ctx) => {

@@ -15,6 +15,7 @@ import { createEvents } from "../events.ts";
 import type { Logger } from "../logger.ts";
 import { loadPlugins } from "../plugins/load.ts";
 import type { Loop } from "../worker/loop.ts";
+import { createPruner } from "../worker/pruner.ts";
 import { createReaper } from "../worker/reaper.ts";
 import { createWorker, type Worker } from "../worker/worker.ts";
 import { type Database, openDatabase } from "./database.ts";
@@ -115,6 +116,7 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
 
   let workers: Worker[] = [];
   let reaper: Loop | undefined;
+  let pruner: Loop | undefined;
   let cron: CronScheduler | undefined;
   let server: Server<undefined> | undefined;
   let ready = false;
@@ -176,6 +178,14 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
     if (roles.has("reaper")) {
       reaper = createReaper({ sql: db.sql, logger: logger.child({ component: "reaper" }), events });
       reaper.start();
+      // Maintenance rides with the reaper role: retention of finished jobs.
+      pruner = createPruner({
+        sql: db.sql,
+        retentionMs: config.retentionMs,
+        logger: logger.child({ component: "pruner" }),
+        events,
+      });
+      pruner.start();
     }
 
     if (roles.has("cron") && plan.cron.length > 0) {
@@ -216,6 +226,7 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
   } catch (error) {
     for (const w of workers) await w.stop({ graceMs: 0 }).catch(() => {});
     await reaper?.stop();
+    await pruner?.stop();
     await cron?.stop();
     await unwind();
     throw error;
@@ -249,6 +260,7 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
       ...workers.map((w) => w.stop({ graceMs: config.worker.graceMs })),
     ]);
     await reaper?.stop();
+    await pruner?.stop();
     await db.close();
     log.info("conveyor stopped");
   };

@@ -408,10 +408,7 @@ for (const [i, name] of names.entries()) {
   if (!faults)
     throw new Error(`unknown scenario ${name}; one of ${Object.keys(SCENARIOS).join(", ")}`);
   const result = await runScenario(name, faults, profile, baseSeed + i * 1000);
-  await writeFile(
-    path.join(outDir, `fault-${name}.json`),
-    `${JSON.stringify(result, null, 2)}\n`,
-  );
+  await writeFile(path.join(outDir, `fault-${name}.json`), `${JSON.stringify(result, null, 2)}\n`);
   if (!result.passed) failed++;
   rows.push(
     `${name.padEnd(13)} seed=${result.seed} jobs=${result.jobs} completed=${result.completed} discarded=${result.discarded} lost=${result.lost} dupEffects=${result.duplicateEffects} staleApplied=${result.staleWritesApplied} staleRejected=${result.staleWritesRejected} hbLost=${result.leasesLostOnHeartbeat} extRedeliv=${result.externalRedeliveries} extStale=${result.externalStaleRejected} ${result.passed ? "PASS" : "FAIL"}`,
