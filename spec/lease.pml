@@ -15,16 +15,23 @@
  *   -DBUG_REAPER_REUSES_VERSION reaper decrements lease_version, so the next
  *                               dequeue reissues a token that was already handed out
  *   -DBUG_ENQUEUE_NO_CONFLICT   enqueue without ON CONFLICT (duplicate rows per key)
+ *   -DBUG_COMPLETE_NO_STATE     completion fenced by owner and version but not by
+ *                               state = 'running' (a retried commit writes the effect again)
+ *   -DBUG_EFFECT_SEPARATE_TXN   the effect commits in its own transaction, not in the
+ *                               completion's (a crash in between, and the re-run writes it again)
  *   -DNO_REAPER                 (with -DLIVENESS) no reaper: the liveness check must fail
  *   -DSAME_OWNER                every slot uses the same lease_owner, so only
  *                               lease_version separates leases (worst case for the owner check)
+ *   -DCONSEQUENCES_ONLY         drop the two direct fencing assertions (P_FENCE,
+ *                               P_UNIQUE_TOKEN) to see which downstream property a bug breaks
  *
  * Concurrency is interleaving; every SQL statement is one d_step (atomic on its
  * row thanks to the row lock). A worker that is "paused" (GC, SIGSTOP,
  * partition) is simply a process the scheduler does not run for a while, so
  * zombies need no special action: any slot may stall between any two of its
- * steps while the clock expires its lease, the reaper reaps it and another slot
- * dequeues the job, and then resume with its old token.
+ * steps while its lease expires (time is abstract: any lease may expire at any
+ * moment), the reaper reaps it and another slot dequeues the job, and then
+ * resume with its old token.
  */
 
 /* ------------------------------------------------------------------ sizes */
@@ -32,7 +39,9 @@
 #ifndef NJOBS
 #define NJOBS   3       /* jobs (= idempotency keys); 2..4 supported      */
 #endif
-#define NSLOTS  3       /* handler slots: concurrently running handlers    */
+#define NSLOTS  3       /* handler slots: concurrently running handlers
+                           (fixed: ASSERT_FRESH and the Postgres restart
+                           below spell out the three slots)                 */
 #define MAXATT  2       /* max_attempts of every job                        */
 #define MAXREL  1       /* successful releases (shutdown) in a whole run   */
 
@@ -56,7 +65,11 @@
 
 #ifdef LIVENESS
 #define MAXFAULT 1      /* crashes + lost connections + lost replies + Postgres restarts */
-#define MAXHB    1      /* heartbeats per lease (handlers terminate)        */
+#define MAXHB    0      /* heartbeats per lease. 0: left out of the liveness
+                           build. With time abstracted a successful heartbeat
+                           changes no state, and a failed one is like any
+                           other fenced write matching 0 rows; unbounded
+                           heartbeats would model a handler that never ends. */
 #endif
 
 /* ------------------------------------------------------------------ state */
@@ -71,12 +84,14 @@
 
 #define NOJOB 7
 
+/* names of fenced writes, for the counterexample printout only */
+mtype = { heartbeat, fenced_update, complete, fail, release }
+
 typedef Job {
     unsigned state    : 3;
     unsigned attempts : 2;
     unsigned owner    : 2;  /* lease_owner; 0 = null. Like src/db/reap.ts, the reaper leaves it as it is */
     unsigned version  : 3;  /* lease_version: the fencing token                              */
-    unsigned expired  : 1;  /* lease_expires_at < now()  (time is abstracted to this bit)    */
     unsigned lock     : 2;  /* row lock held by the open completion transaction of slot lock-1 */
     unsigned ledger   : 2;  /* committed effect rows for this job (the ledger table)         */
     unsigned rows     : 2;  /* ghost: rows carrying this idempotency key                     */
@@ -122,8 +137,12 @@ unsigned nfault : 2;
 #define FENCE(j,s)    (job[j].state == RUNNING && job[j].owner == OWNER(s) && job[j].version == sl[s].tok)
 #define NOVERSION(j,s) (job[j].state == RUNNING && job[j].owner == OWNER(s))
 
-#ifdef BUG_COMPLETE_NO_VERSION
+#define NOSTATE(j,s)   (job[j].owner == OWNER(s) && job[j].version == sl[s].tok)
+
+#if defined(BUG_COMPLETE_NO_VERSION)
 #define COMPLETE_FENCE(j,s) NOVERSION(j,s)
+#elif defined(BUG_COMPLETE_NO_STATE)
+#define COMPLETE_FENCE(j,s) NOSTATE(j,s)
 #else
 #define COMPLETE_FENCE(j,s) FENCE(j,s)
 #endif
@@ -139,12 +158,24 @@ unsigned nfault : 2;
  * s matches the row, s holds the CURRENT lease of that job.  Stated on the
  * ghost lease identity, not on lease_version, so it does not merely restate
  * the guard: it checks that the guard implements "current lease holder". */
+#ifndef CONSEQUENCES_ONLY
 #define ASSERT_CURRENT(j,s) assert(job[j].state == RUNNING && job[j].glease == sl[s].gl)
+#else
+#define ASSERT_CURRENT(j,s) skip
+#endif
 
 /* P_EFFECT_ONCE, P_EFFECT_COMPLETED, P_ROWS, bounds: checked after every change of row j. */
+#ifndef BUG_EFFECT_SEPARATE_TXN
+#define EFFECT_ONLY_WITH_COMPLETION(j) \
+    assert(job[j].ledger == 0 || (HAS_EFFECT(j) && job[j].state == COMPLETED))
+#else
+/* that variant makes the effect visible before completion on purpose; what
+ * must fail is P_EFFECT_ONCE */
+#define EFFECT_ONLY_WITH_COMPLETION(j) skip
+#endif
 #define CHECK(j) \
     assert(job[j].ledger <= 1); \
-    assert(job[j].ledger == 0 || (HAS_EFFECT(j) && job[j].state == COMPLETED)); \
+    EFFECT_ONLY_WITH_COMPLETION(j); \
     assert(job[j].state != COMPLETED || !HAS_EFFECT(j) || job[j].ledger == 1); \
     assert(job[j].rows <= 1); \
     assert(job[j].attempts <= MAXATT); \
@@ -153,10 +184,14 @@ unsigned nfault : 2;
 /* P_UNIQUE_TOKEN (no two live leases with one version): when a dequeue hands
  * out token v for job j, no other live slot holds token v for j.  Tokens
  * change only at dequeue, so checking here covers every reachable state. */
+#ifndef CONSEQUENCES_ONLY
 #define ASSERT_FRESH(j,s) \
     assert(s == 0 || !(sl[0].hold == j && sl[0].tok == job[j].version)); \
     assert(s == 1 || !(sl[1].hold == j && sl[1].tok == job[j].version)); \
     assert(s == 2 || !(sl[2].hold == j && sl[2].tok == job[j].version))
+#else
+#define ASSERT_FRESH(j,s) skip
+#endif
 
 /* P_OUTCOME (disambiguating an unknown commit outcome): when a completion
  * (or its retry after a lost reply) matches 0 rows, the worker can tell
@@ -168,6 +203,12 @@ unsigned nfault : 2;
 /* The slot forgets the job: after an outcome, a 0-row write (StaleLeaseError),
  * or a crash (a restarted worker has no memory of its leases). */
 #define DROP(s) sl[s].hold = NOJOB; sl[s].tok = 0; sl[s].gl = 0; HB_CLEAR(s)
+
+/* A fenced write matched 0 rows: the worker learns its lease is gone. */
+#define STALE(s,what) \
+    printf("MSC: slot %d %e on job %d with token %d: 0 rows (row version %d), forgets the job\n", \
+           s, what, sl[s].hold, sl[s].tok, job[sl[s].hold].version); \
+    DROP(s)
 
 /* Abort the slot's open completion transaction (ROLLBACK, crash, connection
  * loss, Postgres restart): the uncommitted UPDATE and effect row vanish and the
@@ -191,25 +232,32 @@ unsigned nfault : 2;
 #endif
 #define DEQUEUE(j,s) \
     job[j].state = RUNNING; job[j].attempts++; job[j].owner = OWNER(s); \
-    BUMP(j); job[j].glease++; job[j].expired = 0; \
+    BUMP(j); job[j].glease++; \
+    printf("MSC: slot %d (owner %d) dequeues job %d: attempt %d, token %d (lease #%d)\n", \
+           s, OWNER(s), j, job[j].attempts, job[j].version, job[j].glease); \
     ASSERT_FRESH(j,s); \
     sl[s].hold = j; sl[s].tok = job[j].version; sl[s].gl = job[j].glease; HB_CLEAR(s); \
     CHECK(j)
 
 /* src/db/reap.ts reapExpiredLeases: running, expired, not locked (SKIP LOCKED).
- * lease_version is left alone (the next dequeue bumps it); lease_owner too. */
-#define REAPABLE(j) (job[j].state == RUNNING && job[j].expired && job[j].lock == 0)
+ * lease_version is left alone (the next dequeue bumps it); lease_owner too.
+ *
+ * Time is abstracted away: a holder may pause for any length of time (GC,
+ * SIGSTOP, partition) and so miss any number of heartbeats, hence ANY running
+ * lease may be expired at ANY moment.  The reaper may therefore reap any
+ * running row that is not locked.  This is a superset of the real behaviours
+ * (the real reaper needs lease_expires_at < now()), so safety proved here holds
+ * for every timing; a heartbeat's only observable result is its answer. */
+#define REAPABLE(j) (job[j].state == RUNNING && job[j].lock == 0)
 #ifdef BUG_REAPER_REUSES_VERSION
 #define REAP_VERSION(j) job[j].version--
 #else
 #define REAP_VERSION(j) skip
 #endif
 #define REAP(j) \
+    printf("MSC: reaper takes back job %d (version %d)\n", j, job[j].version); \
     job[j].state = (job[j].attempts >= MAXATT -> DISCARDED : AVAIL); \
-    job[j].expired = 0; REAP_VERSION(j); CHECK(j)
-
-/* Time passes: the lease of a running job runs out (lease_expires_at < now()). */
-#define EXPIRE(j) (job[j].state == RUNNING && !job[j].expired) -> job[j].expired = 1
+    REAP_VERSION(j); CHECK(j)
 
 /* src/db/enqueue.ts insertJobs: INSERT ... ON CONFLICT (queue, idempotency_key)
  * DO NOTHING, then selectJobsByIdempotencyKey for the skipped duplicates. */
@@ -219,12 +267,13 @@ unsigned nfault : 2;
     :: job[k].rows == 0 -> job[k].state = AVAIL \
     :: else -> skip \
     fi; \
+    printf("MSC: enqueue key %d: inserted a row (no ON CONFLICT)\n", k); \
     job[k].rows++; CHECK(k)
 #else
 #define INSERT_JOB(k) \
     if \
-    :: job[k].rows == 0 -> job[k].rows = 1; job[k].state = AVAIL \
-    :: else -> skip   /* conflict: the existing row is returned */ \
+    :: job[k].rows == 0 -> job[k].rows = 1; job[k].state = AVAIL; printf("MSC: enqueue key %d: inserted\n", k) \
+    :: else -> printf("MSC: enqueue key %d: conflict, existing row returned\n", k) \
     fi; \
     CHECK(k)
 #endif
@@ -233,30 +282,47 @@ unsigned nfault : 2;
  * src/worker/completer.ts); also handler cancel (cancelLeasedJobs), which
  * has the same shape with 'cancelled'. */
 #define PLAIN_COMPLETE(j,s) \
+    printf("MSC: slot %d completes job %d with token %d (row version %d)\n", s, j, sl[s].tok, job[j].version); \
     ASSERT_CURRENT(j,s); job[j].state = COMPLETED; job[j].doneby = sl[s].gl; CHECK(j)
 
 /* src/db/outcome.ts failJobs (retry with backoff: run_at abstracted) */
 #define FAIL(j,s) \
+    printf("MSC: slot %d fails job %d with token %d\n", s, j, sl[s].tok); \
     ASSERT_CURRENT(j,s); \
     job[j].state = (job[j].attempts >= MAXATT -> DISCARDED : AVAIL); \
-    job[j].expired = 0; CHECK(j)
+    CHECK(j)
 
 /* src/db/lease.ts releaseJobs (shutdown): the attempt is given back. Snooze
  * (snoozeJobs: available, max_attempts + 1) has the same effect on the
  * protocol: a new dequeue without a spent attempt. */
 #define RELEASE(j,s) \
+    printf("MSC: slot %d releases job %d with token %d\n", s, j, sl[s].tok); \
     ASSERT_CURRENT(j,s); \
-    job[j].state = AVAIL; job[j].attempts--; job[j].expired = 0; nrel++; CHECK(j)
+    job[j].state = AVAIL; job[j].attempts--; nrel++; CHECK(j)
 
 /* src/db/lease.ts extendLeases */
 #define HEARTBEAT(j,s) \
-    ASSERT_CURRENT(j,s); job[j].expired = 0; HB_TAKE(s)
+    printf("MSC: slot %d heartbeat on job %d with token %d succeeds (row version %d)\n", s, j, sl[s].tok, job[j].version); \
+    ASSERT_CURRENT(j,s); HB_TAKE(s)   /* lease_expires_at = now() + lease */
 
 /* COMMIT of the executor's guarded transaction: the state change and the
  * effect row become visible together; the row lock is released. */
+#ifndef BUG_EFFECT_SEPARATE_TXN
+#define COMMIT_EFFECT(j) job[j].ledger++
+#define INSERT_EFFECT(j) /* uncommitted until COMMIT */ \
+    printf("MSC: slot %d INSERTs the effect row of job %d (uncommitted)\n", s, j)
+#else
+/* the anti-pattern: the handler's effect commits in its own transaction, then
+ * the job is completed */
+#define COMMIT_EFFECT(j) skip
+#define INSERT_EFFECT(j) \
+    printf("MSC: slot %d INSERTs the effect row of job %d and COMMITs it on its own\n", s, j); \
+    job[j].ledger++; CHECK(j)
+#endif
 #define COMMIT(j,s) \
+    printf("MSC: slot %d COMMITs job %d: completed + effect row (token %d)\n", s, j, sl[s].tok); \
     assert(job[j].lock == s + 1); ASSERT_CURRENT(j,s); \
-    job[j].state = COMPLETED; job[j].ledger++; job[j].doneby = sl[s].gl; \
+    job[j].state = COMPLETED; COMMIT_EFFECT(j); job[j].doneby = sl[s].gl; \
     job[j].lock = 0; sl[s].intx = 0; CHECK(j)
 
 /* ------------------------------------------------------------- processes */
@@ -288,7 +354,7 @@ end:
     :: d_step { HOLDING(s) && sl[s].intx == 0 && job[H].lock == 0 && HB_OK(s) ->
            if
            :: HEARTBEAT_FENCE(H,s) -> HEARTBEAT(H,s)
-           :: else -> DROP(s)
+           :: else -> STALE(s, heartbeat)
            fi }
 
     /* ---- Complete with effect: guarded transaction (src/worker/executor.ts
@@ -297,74 +363,76 @@ end:
      * takes the row lock; 0 rows -> ROLLBACK, the effect is never written. */
     :: d_step { HOLDING(s) && HAS_EFFECT(H) && sl[s].intx == 0 && job[H].lock == 0 ->
            if
-           :: COMPLETE_FENCE(H,s) -> ASSERT_CURRENT(H,s); job[H].lock = s + 1; sl[s].intx = 1
-           :: else -> ASSERT_OUTCOME(H,s); DROP(s)
+           :: COMPLETE_FENCE(H,s) ->
+              printf("MSC: slot %d BEGIN; fenced UPDATE of job %d with token %d matches (row version %d), row locked\n",
+                     s, H, sl[s].tok, job[H].version);
+              ASSERT_CURRENT(H,s); job[H].lock = s + 1; sl[s].intx = 1
+           :: else -> ASSERT_OUTCOME(H,s); STALE(s, fenced_update)
            fi }
-    /* INSERT INTO ledger ... (uncommitted: visible to no one) */
-    :: d_step { sl[s].intx == 1 -> sl[s].intx = 2 }
+    /* the handler's fn(tx), e.g. INSERT INTO ledger ... (uncommitted: visible
+     * to no one until COMMIT; see INSERT_EFFECT) */
+    :: d_step { sl[s].intx == 1 -> sl[s].intx = 2; INSERT_EFFECT(H) }
     /* COMMIT, reply received: done */
     :: d_step { sl[s].intx == 2 -> COMMIT(H,s); DROP(s) }
     /* COMMIT succeeded but the reply was lost (connection dropped, Postgres
      * restarted right after): outcome unknown, the worker keeps its token
      * and may retry the whole transaction; the retry matches 0 rows. */
-    :: d_step { sl[s].intx == 2 && FAULT_OK -> COMMIT(H,s); FAULT_TAKE }
+    :: d_step { sl[s].intx == 2 && FAULT_OK -> COMMIT(H,s); FAULT_TAKE;
+                printf("MSC: slot %d: reply to COMMIT lost, keeps token %d\n", s, sl[s].tok) }
     /* Connection lost / statement error before COMMIT: Postgres rolls the
      * transaction back. The worker keeps its token and may retry or give up. */
-    :: d_step { sl[s].intx != 0 && FAULT_OK -> ABORT(s); FAULT_TAKE }
+    :: d_step { sl[s].intx != 0 && FAULT_OK -> ABORT(s); FAULT_TAKE;
+                printf("MSC: slot %d: connection lost, transaction on job %d rolled back\n", s, H) }
 
     /* ---- Complete without effect: src/worker/completer.ts -> completeJobs
      *      (and cancel: cancelLeasedJobs) -------------------------------- */
     :: d_step { HOLDING(s) && !HAS_EFFECT(H) && job[H].lock == 0 ->
            if
            :: COMPLETE_FENCE(H,s) -> PLAIN_COMPLETE(H,s); DROP(s)
-           :: else -> ASSERT_OUTCOME(H,s); DROP(s)
+           :: else -> ASSERT_OUTCOME(H,s); STALE(s, complete)
            fi }
     /* ... committed, reply lost: the completer retries (same token). */
     :: d_step { HOLDING(s) && !HAS_EFFECT(H) && job[H].lock == 0 && COMPLETE_FENCE(H,s) && FAULT_OK ->
-           PLAIN_COMPLETE(H,s); FAULT_TAKE }
+           PLAIN_COMPLETE(H,s); FAULT_TAKE;
+           printf("MSC: slot %d: reply lost, keeps token %d\n", s, sl[s].tok) }
 
     /* ---- Fail: src/db/outcome.ts failJobs -------------------------------- */
     :: d_step { HOLDING(s) && sl[s].intx == 0 && job[H].lock == 0 ->
            if
            :: FENCE(H,s) -> FAIL(H,s); DROP(s)
-           :: else -> DROP(s)
+           :: else -> STALE(s, fail)
            fi }
     :: d_step { HOLDING(s) && sl[s].intx == 0 && job[H].lock == 0 && FENCE(H,s) && FAULT_OK ->
-           FAIL(H,s); FAULT_TAKE }           /* applied, reply lost */
+           FAIL(H,s); FAULT_TAKE;            /* applied, reply lost */
+           printf("MSC: slot %d: reply lost, keeps token %d\n", s, sl[s].tok) }
 
     /* ---- Release on shutdown: src/db/lease.ts releaseJobs ---------------- */
     :: d_step { HOLDING(s) && sl[s].intx == 0 && job[H].lock == 0 && nrel < MAXREL ->
            if
            :: FENCE(H,s) -> RELEASE(H,s); DROP(s)
-           :: else -> DROP(s)
+           :: else -> STALE(s, release)
            fi }
     :: d_step { HOLDING(s) && sl[s].intx == 0 && job[H].lock == 0 && nrel < MAXREL && FENCE(H,s) && FAULT_OK ->
-           RELEASE(H,s); FAULT_TAKE }        /* applied, reply lost */
+           RELEASE(H,s); FAULT_TAKE;         /* applied, reply lost */
+           printf("MSC: slot %d: reply lost, keeps token %d\n", s, sl[s].tok) }
 
     /* ---- Crash: the process disappears (at any point, also while blocked
      *      on a row lock). Its open transaction aborts; its lease stays
      *      until it expires and is reaped. The slot restarts as a fresh
      *      handler with no memory of the job (same owner id: worst case). */
-    :: d_step { HOLDING(s) && FAULT_OK -> ABORT(s); DROP(s); FAULT_TAKE }
+    :: d_step { HOLDING(s) && FAULT_OK ->
+           printf("MSC: slot %d crashes holding job %d (token %d); restarts empty\n", s, H, sl[s].tok);
+           ABORT(s); DROP(s); FAULT_TAKE }
     od
 }
 
-/* The reaper (src/db/reap.ts reapExpiredLeases), the clock, and Postgres
- * restarts. */
+/* The reaper (src/db/reap.ts reapExpiredLeases; time is abstract, see
+ * REAPABLE) and Postgres restarts. */
 active proctype Reaper()
 {
     byte i;
 end:
     do
-    /* time passes: a lease expires (the holder is paused, partitioned or just slow) */
-    :: d_step { EXPIRE(0) }
-    :: d_step { EXPIRE(1) }
-#if NJOBS > 2
-    :: d_step { EXPIRE(2) }
-#endif
-#if NJOBS > 3
-    :: d_step { EXPIRE(3) }
-#endif
 #ifndef NO_REAPER
     :: d_step { REAPABLE(0) -> REAP(0) }
     :: d_step { REAPABLE(1) -> REAP(1) }
@@ -379,6 +447,7 @@ end:
      * rows (and so leases) survive. Single statements in flight either
      * committed or not, which the "reply lost" transitions cover. */
     :: d_step { (sl[0].intx != 0 || sl[1].intx != 0 || sl[2].intx != 0) && FAULT_OK ->
+           printf("MSC: Postgres restarts: all open transactions roll back\n");
            i = 0;
            do
            :: i < NSLOTS -> if
@@ -391,24 +460,17 @@ end:
     od
 }
 
-/* A client enqueues every key once and may resend any request whose reply it
- * lost (once per key), at any later time. */
+/* src/db/enqueue.ts insertJobs. The client enqueues every key; for any key
+ * its reply may be lost, and it resends the same key later (while workers
+ * may already be running, or even have finished, the job). */
 active proctype Client()
 {
     byte k = 0;
-    unsigned resent : NJOBS = 0;
 end:
     do
     :: k < NJOBS -> d_step { INSERT_JOB(k); k++ }
-    /* retry after a lost reply */
-    :: d_step { k > 0 && !(resent & 1) -> INSERT_JOB(0); resent = resent | 1 }
-    :: d_step { k > 1 && !(resent & 2) -> INSERT_JOB(1); resent = resent | 2 }
-#if NJOBS > 2
-    :: d_step { k > 2 && !(resent & 4) -> INSERT_JOB(2); resent = resent | 4 }
-#endif
-#if NJOBS > 3
-    :: d_step { k > 3 && !(resent & 8) -> INSERT_JOB(3); resent = resent | 8 }
-#endif
+    :: k < NJOBS -> d_step { INSERT_JOB(k) };   /* reply lost ...  */
+                    d_step { INSERT_JOB(k); k++ } /* ... resent     */
     od
 }
 
