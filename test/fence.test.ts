@@ -3,7 +3,13 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import type { Lease } from "../src/db/db.ts";
 import { fetchJobs } from "../src/db/fetch.ts";
 import { extendLeases, releaseJobs } from "../src/db/lease.ts";
-import { cancelLeasedJobs, completeJobs, failJobs, snoozeJobs } from "../src/db/outcome.ts";
+import {
+  cancelLeasedJobs,
+  completeJobs,
+  failJobs,
+  selectCompletedBy,
+  snoozeJobs,
+} from "../src/db/outcome.ts";
 import { reapExpiredLeases } from "../src/db/reap.ts";
 import { enqueue } from "../src/enqueue.ts";
 import { StaleLeaseError } from "../src/errors.ts";
@@ -91,6 +97,17 @@ describe("a zombie's writes change nothing after its lease was reissued", () => 
     );
     expect((await extendLeases(db.sql, "B", [current], 1)).size).toBe(0);
     expect(await snapshot(id)).toEqual(done);
+  });
+
+  test("after an unknown outcome, our own committed completion is told apart from a lost lease", async () => {
+    const { id, zombie, current } = await reissued("unknown");
+    expect((await completeJobs(db.sql, "B", [current])).size).toBe(1);
+    // The retry of that completion matches 0 rows, like a stale write would…
+    expect((await completeJobs(db.sql, "B", [current])).size).toBe(0);
+    // …but only the real holder's commit is recognised as its own.
+    expect([...(await selectCompletedBy(db.sql, "B", [current]))]).toEqual([id]);
+    expect((await selectCompletedBy(db.sql, "A", [zombie])).size).toBe(0);
+    expect((await selectCompletedBy(db.sql, "A", [current])).size).toBe(0);
   });
 
   test("a batch applies the live rows and rejects only the stale ones", async () => {

@@ -33,5 +33,17 @@ export const JOB_COLUMNS = `id, queue, kind, payload, state, priority, run_at, a
  * concurrent transaction changed the row (EvalPlanQual).
  */
 export function fenced<T extends Lease>(owner: string, items: T[]): string {
-  return JSON.stringify(items.map((i) => ({ ...i, owner, state: "running" })));
+  // Rows are locked in the order the batch lists them (the batch drives the
+  // join). Sorted by id, two batches of one worker — a heartbeat and a
+  // completion, say — lock common rows in one order and cannot deadlock.
+  const sorted = [...items].sort((a, b) =>
+    a.id.length !== b.id.length
+      ? a.id.length - b.id.length
+      : a.id < b.id
+        ? -1
+        : a.id > b.id
+          ? 1
+          : 0,
+  );
+  return JSON.stringify(sorted.map((i) => ({ ...i, owner, state: "running" })));
 }

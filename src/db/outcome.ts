@@ -125,3 +125,24 @@ export async function cancelLeasedJobs(
 export async function setResultLocked(db: Db, id: string, result: JsonValue): Promise<void> {
   await db`update conveyor_jobs set result = ${JSON.stringify(result)}::text::jsonb where id = ${id}`;
 }
+
+/**
+ * Of these leases, the ones whose job this owner completed under that very
+ * token. After a write whose outcome is unknown (the connection dropped during
+ * COMMIT), a retry matches 0 rows both when the first try committed and when
+ * the lease was lost; this tells the two apart. Found by the model check
+ * (spec/README.md): without it a committed completion was reported as stale.
+ */
+export async function selectCompletedBy(
+  db: Db,
+  owner: string,
+  leases: Lease[],
+): Promise<Set<string>> {
+  if (leases.length === 0) return new Set();
+  const rows = await db`
+    select j.id from conveyor_jobs j
+      join jsonb_to_recordset(${JSON.stringify(leases)}::text::jsonb) as t(id bigint, version bigint)
+        on j.id = t.id and j.lease_version = t.version
+     where j.lease_owner = ${owner} and j.state = 'completed'`;
+  return new Set(rows.map((r) => String(r.id)));
+}

@@ -10,7 +10,7 @@
 
 import type { Pool } from "../db/db.ts";
 import type { Completion } from "../db/outcome.ts";
-import { completeJobs } from "../db/outcome.ts";
+import { completeJobs, selectCompletedBy } from "../db/outcome.ts";
 import type { Logger } from "../logger.ts";
 
 export const COMPLETER_MAX_BATCH = 2_000;
@@ -39,13 +39,18 @@ export function createCompleter(sql: Pool, owner: string, logger: Logger): Compl
     for (let attempt = 0; attempt <= RETRY_DELAYS_MS.length; attempt++) {
       try {
         // Safe to retry after an unknown outcome: if the first try committed,
-        // the guard (state = 'running') now rejects the row, and we report it
-        // stale rather than completed, which loses nothing.
+        // the guard (state = 'running') now rejects the row, and
+        // selectCompletedBy recognises our own commit.
         const done = await completeJobs(
           sql,
           owner,
           batch.map((w) => w.item),
         );
+        if (attempt > 0 && done.size < batch.length) {
+          // An earlier try may have committed before its reply was lost.
+          const missing = batch.filter((w) => !done.has(w.item.id)).map((w) => w.item);
+          for (const id of await selectCompletedBy(sql, owner, missing)) done.add(id);
+        }
         for (const w of batch) w.resolve(done.has(w.item.id));
         return;
       } catch (error) {

@@ -10,6 +10,7 @@ import {
   cancelLeasedJobs,
   completeJobs,
   failJobs,
+  selectCompletedBy,
   setResultLocked,
   snoozeJobs,
 } from "../db/outcome.ts";
@@ -79,6 +80,12 @@ export function createExecutor(d: ExecutorDeps) {
     ]);
     const state = states.get(job.id);
     if (!state) {
+      // ctx.transaction may have committed before its reply was lost.
+      if ((await selectCompletedBy(d.sql, d.owner, [exec.lease])).has(job.id)) {
+        exec.committed = true;
+        d.events.emit("job:completed", { job, durationMs: 0 });
+        return;
+      }
       stale(job, "fail");
       return;
     }
