@@ -232,6 +232,21 @@ async function main() {
   }
 
   const reps = Array.from({ length: profile.reps }, (_, i) => i + 1);
+  /** Seconds a run of `n` would take at the best rate this setting reached at a smaller N. */
+  const predictedSeconds = (system: string, setting: string, n: number): number | undefined => {
+    const rates = doc.runs
+      .filter(
+        (r) =>
+          r.phase === "throughput" &&
+          r.system === system &&
+          r.setting === setting &&
+          r.status === "ok" &&
+          (r.params.n ?? 0) < n &&
+          (r.params.n ?? 0) >= 5_000,
+      )
+      .map((r) => r.result?.jobsPerSec ?? 0);
+    return rates.length > 0 ? n / Math.max(...rates) : undefined;
+  };
   const conveyor = systems.find((s) => s.id === "conveyor");
   const reference = (spec: SystemSpec) =>
     bestSetting(doc.runs, spec.id, profile.referenceN) ?? Object.keys(spec.settings)[0] ?? "";
@@ -243,8 +258,32 @@ async function main() {
     for (const rep of reps)
       for (const n of profile.throughputN)
         for (const spec of systems.filter((s) => s.throughput !== false))
-          for (const [name, values] of Object.entries(spec.settings))
+          for (const [name, values] of Object.entries(spec.settings)) {
+            // A setting that managed only a few hundred jobs/s at a smaller N
+            // would spend minutes per repetition at 100,000; its rate is known.
+            const predicted = predictedSeconds(spec.id, name, n);
+            if (predicted !== undefined && predicted > SLOW_RUN_BUDGET_S) {
+              doc.runs.push({
+                phase: "throughput",
+                scenario: "throughput",
+                system: spec.id,
+                setting: name,
+                settings: values,
+                params: { n },
+                rep,
+                loadavgBefore: os.loadavg()[0] ?? 0,
+                status: "skipped",
+                error: `predicted ${Math.round(predicted)} s from its rate at a smaller N (budget ${SLOW_RUN_BUDGET_S} s)`,
+                wallMs: 0,
+              } as RunRecord);
+              save();
+              log(
+                `  n=${n} ${spec.id} [${name}] rep ${rep}: SKIPPED (predicted ${Math.round(predicted)} s)`,
+              );
+              continue;
+            }
             await measure(spec, "throughput", "throughput", name, values, { n }, rep, `n=${n}`);
+          }
   }
   if (phases.has("ledger")) {
     log("ledger: one ledger insert per job in the job's completion transaction");
@@ -351,6 +390,9 @@ async function main() {
 }
 
 // Ctrl-C: exit through the exit handlers, which stop Postgres and the private Redis.
+/** A throughput run predicted to take longer than this is skipped and recorded as such. */
+const SLOW_RUN_BUDGET_S = 60;
+
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => process.exit(130));
 await main();
 process.exit(0);

@@ -20,7 +20,8 @@ export interface RunRecord {
     batchSize?: number;
   };
   rep: number;
-  status: "ok" | "error" | "timeout";
+  /** skipped: a smaller N of the same setting predicted a run longer than the budget. */
+  status: "ok" | "error" | "timeout" | "skipped";
   result?: Result;
   error?: string;
   wallMs: number;
