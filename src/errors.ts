@@ -51,6 +51,21 @@ export class JobTimeoutError extends ConveyorError {
   }
 }
 
+/**
+ * A database call did not settle in time. The call may still complete later;
+ * every caller treats the late result as lost (a lease nobody runs expires and
+ * is reaped; a completion is re-checked on retry).
+ */
+export class DeadlineError extends ConveyorError {
+  override readonly name = "DeadlineError";
+  constructor(
+    readonly what: string,
+    readonly ms: number,
+  ) {
+    super(`${what} did not settle within ${ms} ms`);
+  }
+}
+
 /** Applying a migration failed; `version` names the file. */
 export class MigrationError extends ConveyorError {
   override readonly name = "MigrationError";

@@ -12,6 +12,7 @@ import type { Pool } from "../db/db.ts";
 import type { Completion } from "../db/outcome.ts";
 import { completeJobs, selectCompletedBy } from "../db/outcome.ts";
 import type { Logger } from "../logger.ts";
+import { withDeadline } from "./loop.ts";
 
 export const COMPLETER_MAX_BATCH = 2_000;
 const RETRY_DELAYS_MS = [50, 200, 1_000, 3_000];
@@ -30,7 +31,12 @@ interface Waiting {
   reject: (error: unknown) => void;
 }
 
-export function createCompleter(sql: Pool, owner: string, logger: Logger): Completer {
+export function createCompleter(
+  sql: Pool,
+  owner: string,
+  logger: Logger,
+  deadlineMs?: number,
+): Completer {
   let queue: Waiting[] = [];
   let inFlight: Promise<void> | undefined;
 
@@ -41,15 +47,23 @@ export function createCompleter(sql: Pool, owner: string, logger: Logger): Compl
         // Safe to retry after an unknown outcome: if the first try committed,
         // the guard (state = 'running') now rejects the row, and
         // selectCompletedBy recognises our own commit.
-        const done = await completeJobs(
-          sql,
-          owner,
-          batch.map((w) => w.item),
+        const done = await withDeadline(
+          completeJobs(
+            sql,
+            owner,
+            batch.map((w) => w.item),
+          ),
+          "completion batch",
+          deadlineMs,
         );
         if (attempt > 0 && done.size < batch.length) {
           // An earlier try may have committed before its reply was lost.
           const missing = batch.filter((w) => !done.has(w.item.id)).map((w) => w.item);
-          for (const id of await selectCompletedBy(sql, owner, missing)) done.add(id);
+          const ours = await withDeadline(
+            selectCompletedBy(sql, owner, missing),
+            "completion check",
+          );
+          for (const id of ours) done.add(id);
         }
         for (const w of batch) w.resolve(done.has(w.item.id));
         return;

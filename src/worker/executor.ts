@@ -31,6 +31,7 @@ import type { Logger } from "../logger.ts";
 import { type BackoffPolicy, retryDelayMs } from "../retry.ts";
 import type { Completer } from "./completer.ts";
 import { abortExecution, type Execution, signalOf } from "./execution.ts";
+import { withDeadline } from "./loop.ts";
 
 export interface ExecutorDeps {
   sql: Pool;
@@ -43,6 +44,8 @@ export interface ExecutorDeps {
   queueBackoff: Map<string, Partial<BackoffPolicy>>;
   events: Events;
   logger: Logger;
+  /** How long to wait for one outcome write (DB_CALL_DEADLINE_MS by default). */
+  deadlineMs?: number;
 }
 
 export function attemptError(job: Job, error: unknown): AttemptError {
@@ -75,13 +78,22 @@ export function createExecutor(d: ExecutorDeps) {
     const { job } = exec;
     const policy = { ...d.backoff, ...d.queueBackoff.get(job.queue), ...spec?.backoff };
     const delay = retryDelayMs(job.attempts, policy);
-    const states = await failJobs(d.sql, d.owner, [
-      { ...exec.lease, error: attemptError(job, error), retryDelayMs: delay },
-    ]);
+    const states = await withDeadline(
+      failJobs(d.sql, d.owner, [
+        { ...exec.lease, error: attemptError(job, error), retryDelayMs: delay },
+      ]),
+      "fail",
+      d.deadlineMs,
+    );
     const state = states.get(job.id);
     if (!state) {
       // ctx.transaction may have committed before its reply was lost.
-      if ((await selectCompletedBy(d.sql, d.owner, [exec.lease])).has(job.id)) {
+      const ours = await withDeadline(
+        selectCompletedBy(d.sql, d.owner, [exec.lease]),
+        "completion check",
+        d.deadlineMs,
+      );
+      if (ours.has(job.id)) {
         exec.committed = true;
         d.events.emit("job:completed", { job, durationMs: 0 });
         return;
@@ -149,14 +161,22 @@ export function createExecutor(d: ExecutorDeps) {
       const reason = (outcome as { reason: string }).reason;
       const err = attemptError(job, new ConveyorError(reason));
       err.name = "Cancelled";
-      const ok = await cancelLeasedJobs(d.sql, d.owner, [{ ...lease, error: err }]);
+      const ok = await withDeadline(
+        cancelLeasedJobs(d.sql, d.owner, [{ ...lease, error: err }]),
+        "cancel",
+        d.deadlineMs,
+      );
       if (ok.has(job.id)) d.events.emit("job:cancelled", { job, reason });
       else stale(job, "cancel");
       return;
     }
     if (outcome) {
       const delayMs = (outcome as { delayMs: number }).delayMs;
-      const ok = await snoozeJobs(d.sql, d.owner, [{ ...lease, delayMs }]);
+      const ok = await withDeadline(
+        snoozeJobs(d.sql, d.owner, [{ ...lease, delayMs }]),
+        "snooze",
+        d.deadlineMs,
+      );
       if (ok.has(job.id)) d.events.emit("job:snoozed", { job, delayMs });
       else stale(job, "snooze");
       return;

@@ -18,6 +18,7 @@ export interface HeartbeatOptions {
   intervalMs: number;
   logger: Logger;
   events: Events;
+  deadlineMs?: number;
 }
 
 export function createHeartbeat(o: HeartbeatOptions): Loop {
@@ -57,5 +58,6 @@ export function createHeartbeat(o: HeartbeatOptions): Loop {
     logger: o.logger,
     events: o.events,
     run: beat,
+    ...(o.deadlineMs ? { deadlineMs: o.deadlineMs } : {}),
   });
 }

@@ -1,9 +1,31 @@
+import { DeadlineError } from "../errors.ts";
 import type { Events } from "../events.ts";
 import type { Logger } from "../logger.ts";
 
 /** `ms` ± `ratio`·ms, so that loops in several processes do not fire in lockstep. */
 export function jittered(ms: number, ratio = 0.1): number {
   return Math.max(0, ms + (Math.random() * 2 - 1) * ratio * ms);
+}
+
+/**
+ * How long a loop waits for one database call. A healthy call takes
+ * milliseconds; this bounds the rare one that never settles (a client-library
+ * bug left queries on a dead connection pending forever in our fault suite),
+ * so that it costs one iteration instead of wedging the loop.
+ */
+export const DB_CALL_DEADLINE_MS = 30_000;
+
+/** Rejects with DeadlineError if `p` has not settled after `ms`; `p` itself runs on. */
+export function withDeadline<T>(
+  p: PromiseLike<T>,
+  what: string,
+  ms = DB_CALL_DEADLINE_MS,
+): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new DeadlineError(what, ms)), ms);
+  });
+  return Promise.race([Promise.resolve(p), deadline]).finally(() => clearTimeout(timer));
 }
 
 export interface Loop {
@@ -22,6 +44,8 @@ export interface LoopOptions {
   logger: Logger;
   events?: Events;
   run: () => Promise<void>;
+  /** Longest an iteration may take before the loop moves on; default DB_CALL_DEADLINE_MS. */
+  deadlineMs?: number;
 }
 
 /**
@@ -36,7 +60,7 @@ export function intervalLoop(o: LoopOptions): Loop {
   const tick = async () => {
     timer = undefined;
     if (stopped) return;
-    running = o.run().catch((error) => {
+    running = withDeadline(o.run(), `${o.name} iteration`, o.deadlineMs).catch((error) => {
       o.logger.warn(`${o.name} iteration failed; will retry`, { error });
       o.events?.emit("loop:error", { loop: o.name, error });
     });

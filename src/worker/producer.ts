@@ -15,7 +15,7 @@ import type { Pool } from "../db/db.ts";
 import { fetchJobs, type LeasedRow } from "../db/fetch.ts";
 import type { Events } from "../events.ts";
 import type { Logger } from "../logger.ts";
-import { jittered } from "./loop.ts";
+import { jittered, withDeadline } from "./loop.ts";
 
 export interface ProducerOptions {
   sql: Pool;
@@ -31,6 +31,8 @@ export interface ProducerOptions {
   execute: (row: LeasedRow, leaseMs: number, handlerDone: () => void) => Promise<void>;
   logger: Logger;
   events: Events;
+  /** How long to wait for one fetch (DB_CALL_DEADLINE_MS by default). */
+  deadlineMs?: number;
 }
 
 const ERROR_BACKOFF_MS = 1_000;
@@ -74,13 +76,19 @@ export function createProducer(o: ProducerOptions): Producer {
     reserved += limit;
     let rows: LeasedRow[];
     try {
-      rows = await fetchJobs(o.sql, {
-        queue: o.queue,
-        owner: o.owner,
-        limit,
-        leaseMs: o.leaseMs,
-        kinds: o.kinds,
-      });
+      // A fetch that settles after its deadline leases jobs nobody runs:
+      // their leases expire and the reaper makes them available again.
+      rows = await withDeadline(
+        fetchJobs(o.sql, {
+          queue: o.queue,
+          owner: o.owner,
+          limit,
+          leaseMs: o.leaseMs,
+          kinds: o.kinds,
+        }),
+        `fetch from ${o.queue}`,
+        o.deadlineMs,
+      );
     } finally {
       reserved -= limit;
     }

@@ -78,6 +78,8 @@ export const workerOptionsSchema = z
     backoff: backoffSchema.optional(),
     /** LISTEN for enqueue notifications (default true); polling alone otherwise. */
     listen: z.boolean().default(true),
+    /** How long any one database call may take before the loop waiting for it moves on. */
+    callDeadlineMs: z.number().int().min(100).max(600_000).optional(),
     logger: z.custom<Logger>().optional(),
     events: z.custom<Events>().optional(),
   })
@@ -126,7 +128,12 @@ export function createWorker(options: WorkerOptions): Worker {
     handlers.set(kind, typeof h === "function" ? { handler: h } : h);
   }
   const kinds = [...handlers.keys()];
-  const completer = createCompleter(sql, owner, logger.child({ component: "completer" }));
+  const completer = createCompleter(
+    sql,
+    owner,
+    logger.child({ component: "completer" }),
+    o.callDeadlineMs,
+  );
   const execute = createExecutor({
     sql,
     owner,
@@ -139,6 +146,7 @@ export function createWorker(options: WorkerOptions): Worker {
     ),
     events,
     logger,
+    ...(o.callDeadlineMs ? { deadlineMs: o.callDeadlineMs } : {}),
   });
   const queueEntries = Object.entries(o.queues);
   const minLease = Math.min(...queueEntries.map(([, q]) => q.leaseMs));
@@ -157,6 +165,7 @@ export function createWorker(options: WorkerOptions): Worker {
         execute,
         logger: logger.child({ queue }),
         events,
+        ...(o.callDeadlineMs ? { deadlineMs: o.callDeadlineMs } : {}),
       }),
     ]),
   );
@@ -167,6 +176,7 @@ export function createWorker(options: WorkerOptions): Worker {
     intervalMs: o.heartbeatMs ?? Math.max(10, Math.floor(minLease / 3)),
     logger,
     events,
+    ...(o.callDeadlineMs ? { deadlineMs: o.callDeadlineMs } : {}),
   });
   const reaper =
     o.reaper === false
