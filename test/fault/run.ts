@@ -63,6 +63,16 @@ interface Counters {
 
 const log = (msg: string) => process.stderr.write(`[fault] ${msg}\n`);
 
+/** The commit the run measured, with "+dirty" when the tree had changes. */
+function gitCommit(): string | undefined {
+  const rev = Bun.spawnSync(["git", "rev-parse", "HEAD"], { cwd: ROOT });
+  if (rev.exitCode !== 0) return undefined;
+  const dirty = Bun.spawnSync(["git", "status", "--porcelain", "--untracked-files=no"], {
+    cwd: ROOT,
+  });
+  return `${rev.stdout.toString().trim()}${dirty.stdout.toString().trim() ? "+dirty" : ""}`;
+}
+
 async function countLines(
   stream: ReadableStream<Uint8Array>,
   counters: Counters,
@@ -367,7 +377,7 @@ backoff_max_ms = 1000
     passed: failures.length === 0,
     failures,
     date: new Date().toISOString(),
-    versions: { conveyor: pkg.version, bun: Bun.version, postgres: pgVersion },
+    versions: { conveyor: pkg.version, commit: gitCommit(), bun: Bun.version, postgres: pgVersion },
     machine: { cpus: cpus().length, cpu: cpus()[0]?.model, memoryBytes: totalmem() },
   };
   if (failures.length === 0) await rm(dir, { recursive: true, force: true });
