@@ -16,6 +16,7 @@ import { createCompleter } from "./completer.ts";
 import { abortExecution, type Execution } from "./execution.ts";
 import { createExecutor } from "./executor.ts";
 import { createHeartbeat } from "./heartbeat.ts";
+import { withDeadline } from "./loop.ts";
 import { createProducer, type Producer } from "./producer.ts";
 import { createReaper } from "./reaper.ts";
 import { listenForJobs, type Wakeup } from "./wakeup.ts";
@@ -25,6 +26,8 @@ export const DEFAULT_LEASE_MS = 30_000;
 export const DEFAULT_POLL_INTERVAL_MS = 1_000;
 export const DEFAULT_GRACE_MS = 10_000;
 export const MAX_FETCH_BATCH = 500;
+/** After the grace period, how long stop() waits for outcomes already produced to be written. */
+export const FINAL_FLUSH_MS = 10_000;
 
 const backoffSchema = z
   .object({
@@ -225,9 +228,15 @@ export function createWorker(options: WorkerOptions): Worker {
       Promise.all([...running.values()].filter((e) => e.finishing).map((e) => e.done)),
       Bun.sleep(5_000),
     ]);
-    await completer.flush();
-    await heartbeat.stop();
-    await reaper?.stop();
+    // Bounded: with the database unreachable, completions would retry for
+    // minutes. What is not written by then reruns after its lease expires.
+    await withDeadline(
+      Promise.all([completer.flush(), heartbeat.stop(), reaper?.stop()]),
+      "final completions",
+      FINAL_FLUSH_MS,
+    ).catch((error) =>
+      logger.warn("stopping without writing every outcome; those jobs will rerun", { error }),
+    );
   }
 
   return {
