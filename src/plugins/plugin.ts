@@ -4,6 +4,7 @@ import { KIND_RE, QUEUE_NAME_RE } from "../enqueue.ts";
 import type { Handler } from "../handler.ts";
 import type { JsonValue } from "../json.ts";
 import type { BackoffPolicy } from "../retry.ts";
+import { backoffSchema } from "../worker/worker.ts";
 
 /** A zod schema (or anything with zod's safeParse) for a plugin's payload. */
 export interface PayloadSchema<P> {
@@ -61,16 +62,7 @@ export const pluginShape = z
       )
       .optional(),
     timeoutMs: z.number().int().positive().optional(),
-    backoff: z
-      .object({
-        baseMs: z.number().positive(),
-        maxMs: z.number().positive(),
-        factor: z.number().min(1),
-        jitter: z.number().min(0).max(1),
-      })
-      .partial()
-      .strict()
-      .optional(),
+    backoff: backoffSchema.optional(),
     queue: z.string().regex(QUEUE_NAME_RE, "expected a queue name").optional(),
   })
   .strict();

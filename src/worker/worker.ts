@@ -29,7 +29,7 @@ export const MAX_FETCH_BATCH = 500;
 /** After the grace period, how long stop() waits for outcomes already produced to be written. */
 export const FINAL_FLUSH_MS = 10_000;
 
-const backoffSchema = z
+export const backoffSchema = z
   .object({
     baseMs: z.number().positive(),
     maxMs: z.number().positive(),
