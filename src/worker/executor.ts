@@ -202,7 +202,7 @@ export function createExecutor(d: ExecutorDeps) {
   return async function execute(
     row: LeasedRow,
     leaseMs: number,
-    handlerDone: () => void = () => {},
+    handlerDone?: () => void,
   ): Promise<void> {
     const job = jobFromLeasedRow(row, d.owner, leaseMs);
     let finish!: () => void;
@@ -241,9 +241,11 @@ export function createExecutor(d: ExecutorDeps) {
       } catch (error) {
         thrown = { error };
       }
+      // Now, not in finally: a timeout firing while the outcome is being
+      // written would stop the heartbeat for a job that already finished.
       clearTimeout(timer);
       exec.finishing = true;
-      handlerDone();
+      handlerDone?.();
       if (exec.committed) {
         if (thrown) {
           d.logger.warn("handler threw after its transaction committed; the job stays completed", {
