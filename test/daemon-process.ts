@@ -31,7 +31,8 @@ export interface Daemon {
   exited: Promise<number>;
 }
 
-async function drain(stream: ReadableStream<Uint8Array>, onLine: (line: string) => void) {
+/** Calls `onLine` for every line of a child's output stream, the last one too. */
+export async function drain(stream: ReadableStream<Uint8Array>, onLine: (line: string) => void) {
   const decoder = new TextDecoder();
   let buf = "";
   for await (const chunk of stream) {

@@ -19,6 +19,7 @@ import type { Pool } from "../../src/db/db.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { type EmbeddedCluster, startEmbeddedPostgres } from "../../src/embedded-postgres.ts";
 import { type EnqueueInput, enqueueMany } from "../../src/enqueue.ts";
+import { drain } from "../daemon-process.ts";
 import { check, MUST_BE_ZERO, type Verdict } from "./checker.ts";
 import { type FaultProxy, startProxy } from "./proxy.ts";
 import { type Rng, rng } from "./rng.ts";
@@ -71,27 +72,6 @@ function gitCommit(): string | undefined {
     cwd: ROOT,
   });
   return `${rev.stdout.toString().trim()}${dirty.stdout.toString().trim() ? "+dirty" : ""}`;
-}
-
-async function countLines(
-  stream: ReadableStream<Uint8Array>,
-  counters: Counters,
-  sinkFile: (line: string) => void,
-) {
-  const decoder = new TextDecoder();
-  let buf = "";
-  for await (const chunk of stream) {
-    buf += decoder.decode(chunk, { stream: true });
-    let nl = buf.indexOf("\n");
-    while (nl >= 0) {
-      const line = buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-      if (line.includes("stale write rejected by fence")) counters.staleRejected++;
-      if (line.includes("lease lost; aborting handler")) counters.leaseLost++;
-      sinkFile(line);
-      nl = buf.indexOf("\n");
-    }
-  }
 }
 
 async function runScenario(name: string, faults: FaultName[], profile: Profile, seed: number) {
@@ -163,7 +143,11 @@ backoff_max_ms = 1000
     });
     d.proc = proc;
     d.stopped = false;
-    void countLines(proc.stderr, counters, (line) => logFile.write(`d${d.index} ${line}\n`));
+    void drain(proc.stderr, (line) => {
+      if (line.includes("stale write rejected by fence")) counters.staleRejected++;
+      if (line.includes("lease lost; aborting handler")) counters.leaseLost++;
+      logFile.write(`d${d.index} ${line}\n`);
+    });
     // Like systemd's Restart=always: a daemon that exits on its own is started
     // again (the nemesis restarts the ones it kills itself).
     void proc.exited.then((code) => {
