@@ -51,9 +51,11 @@ export const SYSTEMS: SystemSpec[] = [
       "c1000-b500": { concurrency: 1000, fetchBatch: 500, poolMax: 20 },
     },
     ledgerSettings: {
-      "c50-p20": { concurrency: 50, poolMax: 20 },
-      "c100-p40": { concurrency: 100, poolMax: 40 },
-      "c200-p80": { concurrency: 200, poolMax: 80 },
+      "c200-e2": { concurrency: 200, poolMax: 10, effectConcurrency: 2 },
+      "c500-e4": { concurrency: 500, fetchBatch: 250, poolMax: 10, effectConcurrency: 4 },
+      "c1000-e8": { concurrency: 1000, fetchBatch: 500, poolMax: 20, effectConcurrency: 8 },
+      "c1000-e16": { concurrency: 1000, fetchBatch: 500, poolMax: 30, effectConcurrency: 16 },
+      "c2000-e32": { concurrency: 2000, fetchBatch: 500, poolMax: 40, effectConcurrency: 32 },
     },
     latency: true,
     enqueue: true,
@@ -76,9 +78,9 @@ export const SYSTEMS: SystemSpec[] = [
     // l8 and b100 never led in development runs (bench/README.md); trimmed to fit a run in an hour.
     settings: grid([1, 2, 4], [500, 1000]),
     ledgerSettings: {
-      "l4-b100-p20": { loops: 4, batch: 100, poolMax: 20 },
-      "l4-b100-p40": { loops: 4, batch: 100, poolMax: 40 },
-      "l8-b200-p80": { loops: 8, batch: 200, poolMax: 80 },
+      "l2-b500": { loops: 2, batch: 500, poolMax: 3 },
+      "l4-b500": { loops: 4, batch: 500, poolMax: 5 },
+      "l4-b1000": { loops: 4, batch: 1000, poolMax: 5 },
     },
     latency: false,
     enqueue: true,

@@ -6,7 +6,7 @@
 // into bench/README.md (bench/render.ts does the same from any results file).
 //
 // Options: --quick, --reps N, --only sys1,sys2, --phases throughput,latency,...,
-//          --sizes 500,10000 (no-op throughput sizes),
+//          --sizes 500,10000 (no-op throughput sizes), --ledger-sizes 10000,
 //          --out FILE, --render / --no-render, --profile (Bun CPU profiles of
 //          Conveyor runs into bench/.profiles/), --redis-url URL.
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
@@ -35,6 +35,7 @@ const { values: opt } = parseArgs({
     reps: { type: "string" },
     only: { type: "string" },
     sizes: { type: "string" },
+    "ledger-sizes": { type: "string" },
     phases: { type: "string" },
     out: { type: "string" },
     render: { type: "boolean" },
@@ -50,6 +51,7 @@ const { values: opt } = parseArgs({
 const profile: Profile = { ...(opt.quick ? QUICK : FULL) };
 if (opt.reps) profile.reps = Math.max(1, Number(opt.reps));
 if (opt.sizes) profile.throughputN = opt.sizes.split(",").map(Number);
+if (opt["ledger-sizes"]) profile.ledgerN = opt["ledger-sizes"].split(",").map(Number);
 const only = opt.only ? new Set(opt.only.split(",")) : undefined;
 const phases = new Set<Phase>(
   opt.phases ? (opt.phases.split(",") as Phase[]).filter((p) => PHASES.includes(p)) : PHASES,

@@ -18,12 +18,17 @@ export interface JobContext {
   readonly signal: AbortSignal;
   readonly logger: Logger;
   /**
-   * Runs `fn` in one transaction with this job's completion. The transaction's
-   * first statement is the fenced UPDATE that completes the job; if this
-   * worker no longer holds the lease it matches 0 rows and the transaction
-   * rolls back before `fn` runs, so the effect commits at most once.
-   * `fn`'s return value becomes the job's result. Call it at most once;
-   * after it commits the job is completed whatever the handler does next.
+   * Runs `fn` in one transaction with this job's completion, fenced by the
+   * lease: if this worker no longer holds it, `fn` does not run and nothing
+   * commits, so the effect commits at most once. `fn`'s return value becomes
+   * the job's result. Call it at most once; after it commits the job is
+   * completed whatever the handler does next.
+   *
+   * Jobs whose transactions arrive together share one transaction and one
+   * commit (worker option `effectBatch`), each `fn` in its own savepoint: a
+   * `fn` that throws rolls back only its own effect, and the promise rejects
+   * with its error. Keep `fn` to database work: while it runs, the jobs after
+   * it in the shared transaction wait.
    */
   transaction<T extends JsonValue | undefined>(fn: (tx: Db) => Promise<T>): Promise<T>;
 }

@@ -129,6 +129,10 @@ function conveyorAdapter(task: Task): Adapter {
         // biome-ignore lint/suspicious/noExplicitAny: payload typed by the bench, not JSON.
         handlers: { [KIND]: handler as any },
         pollIntervalMs: Number(s.pollIntervalMs ?? 1_000),
+        ...(s.effectBatch === undefined ? {} : { effectBatch: Number(s.effectBatch) }),
+        ...(s.effectConcurrency === undefined
+          ? {}
+          : { effectConcurrency: Number(s.effectConcurrency) }),
         listen: true,
         logger: silentLogger,
       });

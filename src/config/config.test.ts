@@ -132,6 +132,14 @@ describe("config", () => {
     expect(f.message).toContain("expected a cron pattern");
   });
 
+  test("effect sharing: defaults, and a batch beyond the subtransaction cache is refused", () => {
+    expect(load("").worker).toMatchObject({ effectBatch: 50, effectConcurrency: 4 });
+    expect(load("[worker]\neffect_batch = 1\n").worker.effectBatch).toBe(1);
+    const e = configError(() => load("[worker]\ngrace_ms = 5\neffect_batch = 61\n"));
+    expect(e.path).toBe("worker.effect_batch");
+    expect(e.line).toBe(3);
+  });
+
   test("a missing key points at its table's header", () => {
     const e = configError(() => load("[[cron]]\nname = 'a'\nkind = 'k'\n\n[[cron]]\nname = 'b'\n"));
     expect(e.path).toBe("cron.0.schedule");

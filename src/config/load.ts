@@ -55,7 +55,13 @@ export interface DaemonConfig {
   embedded: { dataDir: string; port: number };
   api: { host: string; port: number; maxBodyBytes: number | undefined; tokens: ApiToken[] };
   plugins: { dir: string; explicit: boolean };
-  worker: { pollIntervalMs: number; graceMs: number; heartbeatMs: number | undefined };
+  worker: {
+    pollIntervalMs: number;
+    graceMs: number;
+    heartbeatMs: number | undefined;
+    effectBatch: number;
+    effectConcurrency: number;
+  };
   queues: Record<string, QueueConfig>;
   cron: CronEntryConfig[];
   /** Per final state, how long finished jobs are kept; null: forever. */
@@ -232,6 +238,8 @@ export function resolveConfig(
       pollIntervalMs: raw.worker.poll_interval_ms,
       graceMs: raw.worker.grace_ms,
       heartbeatMs: raw.worker.heartbeat_ms,
+      effectBatch: raw.worker.effect_batch,
+      effectConcurrency: raw.worker.effect_concurrency,
     },
     queues,
     cron: raw.cron.map((c) => ({ ...c, queue: c.queue })),

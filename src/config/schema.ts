@@ -4,9 +4,12 @@ import { Cron } from "croner";
 import { z } from "zod";
 import { DEFAULT_MAX_ATTEMPTS, KIND_RE, QUEUE_NAME_RE } from "../enqueue.ts";
 import { DEFAULT_BACKOFF } from "../retry.ts";
+import { EFFECT_GROUP_MAX } from "../worker/effects.ts";
 import { DEFAULT_RETENTION_MS } from "../worker/pruner.ts";
 import {
   DEFAULT_CONCURRENCY,
+  DEFAULT_EFFECT_BATCH,
+  DEFAULT_EFFECT_CONCURRENCY,
   DEFAULT_GRACE_MS,
   DEFAULT_LEASE_MS,
   DEFAULT_POLL_INTERVAL_MS,
@@ -83,6 +86,8 @@ const workerSchema = z
     poll_interval_ms: int(10, DAY_MS).default(DEFAULT_POLL_INTERVAL_MS),
     grace_ms: int(0, DAY_MS).default(DEFAULT_GRACE_MS),
     heartbeat_ms: int(10, DAY_MS).optional(),
+    effect_batch: int(1, EFFECT_GROUP_MAX).default(DEFAULT_EFFECT_BATCH),
+    effect_concurrency: int(1, 64).default(DEFAULT_EFFECT_CONCURRENCY),
   })
   .strict();
 
@@ -158,6 +163,8 @@ export const configSchema = z
     worker: workerSchema.default({
       poll_interval_ms: DEFAULT_POLL_INTERVAL_MS,
       grace_ms: DEFAULT_GRACE_MS,
+      effect_batch: DEFAULT_EFFECT_BATCH,
+      effect_concurrency: DEFAULT_EFFECT_CONCURRENCY,
     }),
     queues: z
       .record(z.string().regex(QUEUE_NAME_RE, "expected a queue name"), queueSchema)

@@ -166,6 +166,8 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
             handlers: plan.handlers,
             pollIntervalMs: config.worker.pollIntervalMs,
             ...(config.worker.heartbeatMs ? { heartbeatMs: config.worker.heartbeatMs } : {}),
+            effectBatch: config.worker.effectBatch,
+            effectConcurrency: config.worker.effectConcurrency,
             reaper: false,
             logger,
             events,

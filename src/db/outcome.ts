@@ -146,3 +146,22 @@ export async function selectCompletedBy(
      where j.lease_owner = ${owner} and j.state = 'completed'`;
   return new Set(rows.map((r) => String(r.id)));
 }
+
+/**
+ * Locks the rows of leases this owner still holds (FOR UPDATE) and returns
+ * their ids: the fence of a shared effect transaction, taken before any
+ * handler's effect runs. Once locked, nobody else can change the rows until
+ * the transaction ends (the reaper and dequeue skip locked rows), so the
+ * completion written at its end is still guarded and still matches.
+ */
+export async function lockLeasedJobs(db: Db, owner: string, leases: Lease[]): Promise<Set<string>> {
+  if (leases.length === 0) return new Set();
+  const rows = await db`
+    select j.id from jsonb_to_recordset(${fenced(owner, leases)}::text::jsonb)
+             as t(id bigint, version bigint, owner text, state conveyor_job_state)
+      join conveyor_jobs j
+        on j.id = t.id and j.lease_version = t.version
+       and j.lease_owner = t.owner and j.state = t.state
+       for update of j`;
+  return new Set(rows.map((r) => String(r.id)));
+}

@@ -6,14 +6,7 @@
 // retried as a different write.
 import type { Pool } from "../db/db.ts";
 import type { LeasedRow } from "../db/fetch.ts";
-import {
-  cancelLeasedJobs,
-  completeJobs,
-  failJobs,
-  selectCompletedBy,
-  setResultLocked,
-  snoozeJobs,
-} from "../db/outcome.ts";
+import { cancelLeasedJobs, failJobs, selectCompletedBy, snoozeJobs } from "../db/outcome.ts";
 import {
   ConveyorError,
   JobTimeoutError,
@@ -30,6 +23,7 @@ import { assertJson, type JsonValue } from "../json.ts";
 import type { Logger } from "../logger.ts";
 import { type BackoffPolicy, retryDelayMs } from "../retry.ts";
 import type { Completer } from "./completer.ts";
+import type { EffectRunner } from "./effects.ts";
 import { abortExecution, type Execution, signalOf } from "./execution.ts";
 import { withDeadline } from "./loop.ts";
 
@@ -38,6 +32,8 @@ export interface ExecutorDeps {
   owner: string;
   handlers: Map<string, HandlerSpec>;
   completer: Completer;
+  /** Runs ctx.transaction(): fenced completion and effect in one commit, shared by several jobs. */
+  effects: EffectRunner;
   running: Map<string, Execution>;
   backoff: BackoffPolicy;
   /** Per-queue overrides of `backoff`; a kind's own backoff overrides both. */
@@ -125,20 +121,7 @@ export function createExecutor(d: ExecutorDeps) {
         }
         exec.inTransaction = true;
         try {
-          let out: JsonValue | undefined;
-          await d.sql.begin(async (tx) => {
-            // First statement: the fenced completion. It locks the row, so
-            // the reaper (SKIP LOCKED) and a new dequeue cannot take the job
-            // while the effect is being written.
-            const done = await completeJobs(tx, d.owner, [lease]);
-            if (!done.has(job.id))
-              throw new StaleLeaseError(job.id, String(lease.version), "complete");
-            out = await fn(tx);
-            if (out !== undefined) {
-              assertJson(out, "result");
-              await setResultLocked(tx, job.id, out);
-            }
-          });
+          const out = await d.effects.run(lease, fn as Parameters<EffectRunner["run"]>[1]);
           exec.committed = true;
           return out as Awaited<ReturnType<typeof fn>>;
         } catch (error) {

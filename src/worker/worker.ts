@@ -13,6 +13,7 @@ import { jsonLogger, type Logger } from "../logger.ts";
 import { DEFAULT_BACKOFF } from "../retry.ts";
 import { parseOrThrow } from "../validate.ts";
 import { createCompleter } from "./completer.ts";
+import { createEffectRunner, EFFECT_GROUP_MAX } from "./effects.ts";
 import { abortExecution, type Execution } from "./execution.ts";
 import { createExecutor } from "./executor.ts";
 import { createHeartbeat } from "./heartbeat.ts";
@@ -25,6 +26,8 @@ export const DEFAULT_CONCURRENCY = 10;
 export const DEFAULT_LEASE_MS = 30_000;
 export const DEFAULT_POLL_INTERVAL_MS = 1_000;
 export const DEFAULT_GRACE_MS = 10_000;
+export const DEFAULT_EFFECT_BATCH = 50;
+export const DEFAULT_EFFECT_CONCURRENCY = 4;
 export const MAX_FETCH_BATCH = 500;
 /** After the grace period, how long stop() waits for outcomes already produced to be written. */
 export const FINAL_FLUSH_MS = 10_000;
@@ -81,6 +84,15 @@ export const workerOptionsSchema = z
     backoff: backoffSchema.optional(),
     /** LISTEN for enqueue notifications (default true); polling alone otherwise. */
     listen: z.boolean().default(true),
+    /**
+     * ctx.transaction(): most jobs whose effects share one transaction (each
+     * in its own savepoint), 1 for a transaction per job. One commit is one
+     * WAL flush, so sharing is what lets effects run faster than the disk
+     * flushes.
+     */
+    effectBatch: z.number().int().min(1).max(EFFECT_GROUP_MAX).default(DEFAULT_EFFECT_BATCH),
+    /** ctx.transaction(): shared transactions in flight at once, each holding a connection. */
+    effectConcurrency: z.number().int().min(1).max(64).default(DEFAULT_EFFECT_CONCURRENCY),
     /** How long any one database call may take before the loop waiting for it moves on. */
     callDeadlineMs: z.number().int().min(100).max(600_000).optional(),
     logger: z.custom<Logger>().optional(),
@@ -137,11 +149,18 @@ export function createWorker(options: WorkerOptions): Worker {
     logger.child({ component: "completer" }),
     o.callDeadlineMs,
   );
+  const effects = createEffectRunner({
+    sql,
+    owner,
+    maxGroup: o.effectBatch,
+    concurrency: o.effectConcurrency,
+  });
   const execute = createExecutor({
     sql,
     owner,
     handlers,
     completer,
+    effects,
     running,
     backoff: { ...DEFAULT_BACKOFF, ...o.backoff },
     queueBackoff: new Map(

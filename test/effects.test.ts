@@ -1,0 +1,266 @@
+// Shared effect transactions: several jobs' ctx.transaction() in one commit,
+// each fenced, each in its own savepoint.
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import type { Lease } from "../src/db/db.ts";
+import { fetchJobs } from "../src/db/fetch.ts";
+import { reapExpiredLeases } from "../src/db/reap.ts";
+import { enqueueMany } from "../src/enqueue.ts";
+import { StaleLeaseError } from "../src/errors.ts";
+import { silentLogger } from "../src/logger.ts";
+import { createEffectRunner } from "../src/worker/effects.ts";
+import { createWorker } from "../src/worker/worker.ts";
+import { type TestDb, testDatabase } from "./harness.ts";
+
+let db: TestDb;
+beforeAll(async () => {
+  db = await testDatabase();
+  await db.sql`create table effect_ledger (job_id bigint primary key, note text not null)`;
+  // Checked at COMMIT, after every savepoint was released: lets a test make
+  // the shared transaction itself fail.
+  await db.sql`create table effect_deferred (
+    id int primary key,
+    ref int references effect_deferred (id) deferrable initially deferred)`;
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.sql`truncate conveyor_jobs, effect_ledger, effect_deferred`;
+});
+
+/** Leases n jobs to owner A; the ones listed in `stolen` are reaped and re-leased to B. */
+async function lease(n: number, stolen: number[] = []): Promise<Lease[]> {
+  const queue = `q${Math.random().toString(36).slice(2, 8)}`;
+  await enqueueMany(
+    db.sql,
+    Array.from({ length: n }, (_, i) => ({ queue, kind: "k", payload: { i } })),
+  );
+  const rows = await fetchJobs(db.sql, {
+    queue,
+    owner: "A",
+    limit: n,
+    leaseMs: 30_000,
+    kinds: ["k"],
+  });
+  expect(rows.length).toBe(n);
+  const leases = rows
+    .map((r) => ({ id: String(r.id), version: Number(r.lease_version) }))
+    .sort((a, b) => Number(a.id) - Number(b.id));
+  if (stolen.length > 0) {
+    const ids = stolen.map((i) => (leases[i] as Lease).id);
+    await db.sql`update conveyor_jobs set lease_expires_at = now() - interval '1 second'
+                  where id = any(${ids}::bigint[])`;
+    await reapExpiredLeases(db.sql, { limit: 1_000 });
+    const again = await fetchJobs(db.sql, {
+      queue,
+      owner: "B",
+      limit: n,
+      leaseMs: 30_000,
+      kinds: ["k"],
+    });
+    expect(again.length).toBe(stolen.length);
+  }
+  return leases;
+}
+
+/** Holds the runner's only slot until released, so what is submitted meanwhile forms one group. */
+function blocker() {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const fn = async () => {
+    await gate;
+    return undefined;
+  };
+  return { release, fn };
+}
+
+async function jobRows() {
+  const rows = await db.sql`select id, state, lease_owner, result from conveyor_jobs order by id`;
+  return new Map(rows.map((r) => [String(r.id), r]));
+}
+
+describe("shared effect transactions", () => {
+  test("in one group, a thrown fn, a failed statement and a lost lease touch only their own job", async () => {
+    const leases = await lease(6, [3]);
+    const runner = createEffectRunner({ sql: db.sql, owner: "A", maxGroup: 60, concurrency: 1 });
+    const [l0, l1, l2, l3, l4, l5] = leases as [Lease, Lease, Lease, Lease, Lease, Lease];
+    const gate = blocker();
+    const first = runner.run(l0, gate.fn);
+    let stolenRan = false;
+    const results = [
+      runner.run(l1, async (tx) => {
+        await tx`insert into effect_ledger values (${l1.id}, 'ok')`;
+        return { paid: 1 };
+      }),
+      runner.run(l2, async (tx) => {
+        await tx`insert into effect_ledger values (${l2.id}, 'then throws')`;
+        throw new Error("handler bug");
+      }),
+      runner.run(l3, async (tx) => {
+        stolenRan = true;
+        await tx`insert into effect_ledger values (${l3.id}, 'zombie')`;
+        return undefined;
+      }),
+      runner.run(l4, async (tx) => {
+        await tx`insert into effect_ledger values (${l4.id}, 'dup')`;
+        await tx`insert into effect_ledger values (${l4.id}, 'dup')`; // unique violation
+        return undefined;
+      }),
+      runner.run(l5, async (tx) => {
+        await tx`insert into effect_ledger values (${l5.id}, 'ok')`;
+        return undefined;
+      }),
+    ];
+    expect(runner.pending).toBe(5);
+    gate.release();
+    const settled = await Promise.allSettled([first, ...results]);
+
+    expect(settled.map((s) => s.status)).toEqual([
+      "fulfilled",
+      "fulfilled",
+      "rejected",
+      "rejected",
+      "rejected",
+      "fulfilled",
+    ]);
+    expect((settled[1] as PromiseFulfilledResult<unknown>).value).toEqual({ paid: 1 });
+    expect((settled[2] as PromiseRejectedResult).reason.message).toBe("handler bug");
+    expect((settled[3] as PromiseRejectedResult).reason).toBeInstanceOf(StaleLeaseError);
+    expect((settled[4] as PromiseRejectedResult).reason.code).toBe("23505");
+    expect(stolenRan).toBe(false);
+
+    const ledger = await db.sql`select job_id, note from effect_ledger order by job_id`;
+    expect(ledger.map((r) => [String(r.job_id), r.note])).toEqual([
+      [l1.id, "ok"],
+      [l5.id, "ok"],
+    ]);
+    const rows = await jobRows();
+    expect(rows.get(l0.id)?.state).toBe("completed");
+    expect(rows.get(l1.id)?.state).toBe("completed");
+    expect(rows.get(l1.id)?.result).toEqual({ paid: 1 });
+    expect(rows.get(l5.id)?.state).toBe("completed");
+    // Failed effects leave the lease held, for the handler's own fail write.
+    expect(rows.get(l2.id)?.state).toBe("running");
+    expect(rows.get(l2.id)?.lease_owner).toBe("A");
+    expect(rows.get(l4.id)?.state).toBe("running");
+    // The new holder's lease is untouched.
+    expect(rows.get(l3.id)?.state).toBe("running");
+    expect(rows.get(l3.id)?.lease_owner).toBe("B");
+  });
+
+  test("when the shared COMMIT fails, every job in the group is rejected and nothing commits", async () => {
+    const leases = await lease(4);
+    const runner = createEffectRunner({ sql: db.sql, owner: "A", maxGroup: 60, concurrency: 1 });
+    const gate = blocker();
+    const first = runner.run(leases[0] as Lease, gate.fn);
+    const group = leases.slice(1).map((l, i) =>
+      runner.run(l, async (tx) => {
+        await tx`insert into effect_ledger values (${l.id}, 'ok')`;
+        // The last one leaves a dangling deferred reference: COMMIT fails.
+        if (i === 2) await tx`insert into effect_deferred values (1, 999)`;
+        return undefined;
+      }),
+    );
+    gate.release();
+    await first;
+    const settled = await Promise.allSettled(group);
+    for (const s of settled) {
+      expect(s.status).toBe("rejected");
+      expect((s as PromiseRejectedResult).reason.code).toBe("23503");
+    }
+    expect((await db.sql`select count(*)::int as n from effect_ledger`)[0]?.n).toBe(0);
+    const rows = await jobRows();
+    for (const l of leases.slice(1)) expect(rows.get(l.id)?.state).toBe("running");
+  });
+
+  test("property: an effect is committed exactly when its completion is, whatever the mix", async () => {
+    type Kind = "ok" | "result" | "throw" | "sqlError" | "stolen";
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.constantFrom<Kind>("ok", "result", "throw", "sqlError", "stolen"), {
+          minLength: 1,
+          maxLength: 40,
+        }),
+        fc.integer({ min: 1, max: 60 }),
+        fc.integer({ min: 1, max: 4 }),
+        async (kinds, maxGroup, concurrency) => {
+          await db.sql`truncate conveyor_jobs, effect_ledger`;
+          const stolen = kinds.flatMap((k, i) => (k === "stolen" ? [i] : []));
+          const leases = await lease(kinds.length, stolen);
+          const runner = createEffectRunner({ sql: db.sql, owner: "A", maxGroup, concurrency });
+          const settled = await Promise.allSettled(
+            kinds.map((k, i) => {
+              const l = leases[i] as Lease;
+              return runner.run(l, async (tx) => {
+                await tx`insert into effect_ledger values (${l.id}, ${k})`;
+                if (k === "throw") throw new Error("boom");
+                if (k === "sqlError") await tx`select 1 / 0`;
+                return k === "result" ? { i } : undefined;
+              });
+            }),
+          );
+          const ledger = new Set(
+            (await db.sql`select job_id from effect_ledger`).map((r) => String(r.job_id)),
+          );
+          const rows = await jobRows();
+          kinds.forEach((k, i) => {
+            const l = leases[i] as Lease;
+            const row = rows.get(l.id);
+            const s = settled[i] as PromiseSettledResult<unknown>;
+            const committed = k === "ok" || k === "result";
+            expect(s.status).toBe(committed ? "fulfilled" : "rejected");
+            expect(ledger.has(l.id)).toBe(committed);
+            expect(row?.state).toBe(committed ? "completed" : "running");
+            expect(row?.lease_owner).toBe(k === "stolen" ? "B" : "A");
+            if (k === "stolen")
+              expect((s as PromiseRejectedResult).reason).toBeInstanceOf(StaleLeaseError);
+            if (k === "result") expect(row?.result).toEqual({ i });
+          });
+        },
+      ),
+      { numRuns: 40 },
+    );
+  });
+
+  for (const effectBatch of [1, 50]) {
+    test(`a worker's handlers with effectBatch ${effectBatch}: 300 jobs, each effect once`, async () => {
+      const queue = `effects-worker-${effectBatch}`;
+      await enqueueMany(
+        db.sql,
+        Array.from({ length: 300 }, (_, i) => ({ queue, kind: "pay", payload: { i } })),
+      );
+      const worker = createWorker({
+        sql: db.sql,
+        queues: { [queue]: { concurrency: 100 } },
+        handlers: {
+          pay: async (_p, ctx) =>
+            ctx.transaction(async (tx) => {
+              await tx`insert into effect_ledger values (${ctx.job.id}, 'paid')`;
+              return undefined;
+            }),
+        },
+        effectBatch,
+        logger: silentLogger,
+        reaper: false,
+      });
+      let completed = 0;
+      const all = new Promise<void>((resolve) =>
+        worker.events.on("job:completed", () => ++completed === 300 && resolve()),
+      );
+      await worker.start();
+      await all;
+      await worker.stop();
+      // xmin is the transaction that wrote the row's current version: the
+      // number of distinct ones is the number of commits that completed jobs.
+      const [counts] = await db.sql`
+        select (select count(*)::int from effect_ledger) as effects,
+               (select count(*)::int from conveyor_jobs where state = 'completed') as done,
+               (select count(distinct xmin::text)::int from conveyor_jobs where state = 'completed') as commits`;
+      expect(counts?.effects).toBe(300);
+      expect(counts?.done).toBe(300);
+      if (effectBatch === 1) expect(counts?.commits).toBe(300);
+      else expect(counts?.commits).toBeLessThan(100);
+    });
+  }
+});
