@@ -55,7 +55,6 @@ export const SYSTEMS: SystemSpec[] = [
       "c500-e4": { concurrency: 500, fetchBatch: 250, poolMax: 10, effectConcurrency: 4 },
       "c1000-e8": { concurrency: 1000, fetchBatch: 500, poolMax: 20, effectConcurrency: 8 },
       "c1000-e16": { concurrency: 1000, fetchBatch: 500, poolMax: 30, effectConcurrency: 16 },
-      "c2000-e32": { concurrency: 2000, fetchBatch: 500, poolMax: 40, effectConcurrency: 32 },
     },
     latency: true,
     enqueue: true,
