@@ -46,7 +46,7 @@ export interface LeasedRow {
  * so finished rows do not slow it down.
  */
 export async function fetchJobs(db: Db, p: FetchParams): Promise<LeasedRow[]> {
-  return (await db`
+  const rows = (await db`
     with next as (
       select id from conveyor_jobs
        where state = 'available' and queue = ${p.queue} and run_at <= now()
@@ -65,10 +65,50 @@ export async function fetchJobs(db: Db, p: FetchParams): Promise<LeasedRow[]> {
            attempted_at = now()
       from next
      where j.id = next.id
-    returning j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-              j.lease_version, j.idempotency_key, j.traceparent, j.tracestate,
-              extract(epoch from j.run_at)::float8 * 1000 as run_at_ms,
-              extract(epoch from j.created_at)::float8 * 1000 as created_at_ms,
-              extract(epoch from j.lease_expires_at)::float8 * 1000 as lease_expires_at_ms,
-              case when j.errors <> '[]'::jsonb then j.errors end as errors`) as unknown as LeasedRow[];
+    returning concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+                        extract(epoch from j.run_at)::float8 * 1000,
+                        extract(epoch from j.created_at)::float8 * 1000,
+                        extract(epoch from j.lease_expires_at)::float8 * 1000) as n,
+              j.kind, j.payload, j.idempotency_key, j.traceparent, j.tracestate,
+              case when j.errors <> '[]'::jsonb then j.errors end as errors`) as unknown as PackedRow[];
+  return rows.map((r) => unpack(r, p.queue));
+}
+
+/**
+ * The numbers of a leased row come packed in one text column: postgres.js
+ * decodes every column with its own Buffer.toString call, and those calls
+ * were the largest single cost of the worker (26% of its CPU at 100,000
+ * no-op jobs with 15 columns). Eight numbers in one column are one call and
+ * one split. Kinds and queues never contain spaces (KIND_RE), but the kind is
+ * its own column anyway: a row inserted by hand must not break the parse.
+ */
+interface PackedRow {
+  n: string;
+  kind: string;
+  payload: JsonValue;
+  idempotency_key: string | null;
+  traceparent: string | null;
+  tracestate: string | null;
+  errors: AttemptError[] | null;
+}
+
+function unpack(r: PackedRow, queue: string): LeasedRow {
+  const f = r.n.split(" ");
+  return {
+    id: f[0] as string,
+    queue,
+    kind: r.kind,
+    payload: r.payload,
+    priority: Number(f[2]),
+    attempts: Number(f[3]),
+    max_attempts: Number(f[4]),
+    lease_version: f[1] as string,
+    idempotency_key: r.idempotency_key,
+    traceparent: r.traceparent,
+    tracestate: r.tracestate,
+    run_at_ms: Number(f[5]),
+    created_at_ms: Number(f[6]),
+    lease_expires_at_ms: Number(f[7]),
+    errors: r.errors,
+  };
 }
