@@ -402,7 +402,8 @@ function newestFull(): string {
 }
 
 if (import.meta.main) {
-  const file = path.resolve(process.argv[2] ?? newestFull());
+  const fileArg = process.argv.slice(2).find((a) => !a.startsWith("--"));
+  const file = path.resolve(fileArg ?? newestFull());
   const doc = JSON.parse(readFileSync(file, "utf8")) as ResultsDoc;
   if (process.argv.includes("--stdout")) process.stdout.write(`${renderMarkdown(doc)}\n`);
   else writeReadme(doc, path.relative(path.join(ROOT, "bench"), file));
