@@ -263,4 +263,52 @@ describe("shared effect transactions", () => {
       else expect(counts?.commits).toBeLessThan(100);
     });
   }
+  test("a request waiting behind a slow transaction keeps its lease: heartbeats continue until its own begins", async () => {
+    const queue = "effects-waiting";
+    await enqueueMany(db.sql, [
+      { queue, kind: "slow", payload: {} },
+      { queue, kind: "quick", payload: {} },
+    ]);
+    let slowStarted!: () => void;
+    const slowInside = new Promise<void>((r) => (slowStarted = r));
+    const worker = createWorker({
+      sql: db.sql,
+      queues: { [queue]: { concurrency: 2, leaseMs: 400 } },
+      heartbeatMs: 50,
+      reaper: { intervalMs: 50 },
+      effectConcurrency: 1,
+      handlers: {
+        slow: async (_p, ctx) =>
+          ctx.transaction(async (tx) => {
+            slowStarted();
+            await tx`insert into effect_ledger values (${ctx.job.id}, 'slow')`;
+            await Bun.sleep(1_500); // well past the other job's lease
+            return undefined;
+          }),
+        quick: async (_p, ctx) => {
+          await slowInside;
+          return ctx.transaction(async (tx) => {
+            await tx`insert into effect_ledger values (${ctx.job.id}, 'quick')`;
+            return undefined;
+          });
+        },
+      },
+      logger: silentLogger,
+    });
+    let completed = 0;
+    const both = new Promise<void>((resolve) =>
+      worker.events.on("job:completed", () => ++completed === 2 && resolve()),
+    );
+    await worker.start();
+    await both;
+    await worker.stop();
+    expect(worker.stats().staleWrites).toBe(0);
+    const rows = await db.sql`select j.kind, j.state, j.lease_version::int as v, l.note
+      from conveyor_jobs j join effect_ledger l on l.job_id = j.id where j.queue = ${queue} order by j.kind`;
+    // Each ran under its first lease: nothing was reaped and re-leased.
+    expect(rows.map((r) => [r.kind, r.state, r.v, r.note])).toEqual([
+      ["quick", "completed", 1, "quick"],
+      ["slow", "completed", 1, "slow"],
+    ]);
+  });
 });

@@ -45,7 +45,7 @@ export interface EffectRunner {
    * was lost (fn did not run), with fn's error when it threw (nothing of it
    * committed), or with the database's error when the commit failed.
    */
-  run(lease: Lease, fn: EffectFn): Promise<JsonValue | undefined>;
+  run(lease: Lease, fn: EffectFn, onStart?: () => void): Promise<JsonValue | undefined>;
   readonly pending: number;
 }
 
@@ -61,6 +61,8 @@ export interface EffectRunnerOptions {
 interface Request {
   lease: Lease;
   fn: EffectFn;
+  /** Called when its transaction begins: from then on its row is (about to be) locked. */
+  onStart: (() => void) | undefined;
   resolve: (out: JsonValue | undefined) => void;
   reject: (error: unknown) => void;
   out?: JsonValue | undefined;
@@ -127,6 +129,7 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
   }
 
   async function settle(group: Request[]) {
+    for (const r of group) r.onStart?.();
     try {
       if (group.length === 1) await runAlone(group[0] as Request);
       else await runGroup(group);
@@ -160,9 +163,9 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
   };
 
   return {
-    run(lease, fn) {
+    run(lease, fn, onStart) {
       return new Promise((resolve, reject) => {
-        queue.push({ lease, fn, resolve, reject });
+        queue.push({ lease, fn, onStart, resolve, reject });
         pump();
       });
     },

@@ -13,7 +13,7 @@ export interface Execution {
    * cost 3-4% of the worker's CPU for handlers that never look at it.
    */
   controller: AbortController | undefined;
-  /** Inside ctx.transaction(): the row is locked by us, heartbeats skip it. */
+  /** ctx.transaction()'s transaction has begun: the row is locked by us, heartbeats skip it. */
   inTransaction: boolean;
   /** The handler returned; its outcome write is queued or in flight. */
   finishing: boolean;

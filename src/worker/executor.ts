@@ -103,6 +103,7 @@ export function createExecutor(d: ExecutorDeps) {
   function context(exec: Execution): JobContext {
     const { job, lease } = exec;
     let logger: JobContext["logger"] | undefined;
+    let transactionCalled = false;
     return {
       job,
       fencingToken: lease.version,
@@ -116,12 +117,18 @@ export function createExecutor(d: ExecutorDeps) {
         return logger;
       },
       async transaction(fn) {
-        if (exec.committed || exec.inTransaction) {
+        if (exec.committed || transactionCalled) {
           throw new ConveyorError("ctx.transaction() may be called once per job");
         }
-        exec.inTransaction = true;
+        transactionCalled = true;
         try {
-          const out = await d.effects.run(lease, fn as Parameters<EffectRunner["run"]>[1]);
+          // Heartbeats continue while the request waits for a transaction;
+          // they stop once its transaction begins and locks the row.
+          const out = await d.effects.run(
+            lease,
+            fn as Parameters<EffectRunner["run"]>[1],
+            () => (exec.inTransaction = true),
+          );
           exec.committed = true;
           return out as Awaited<ReturnType<typeof fn>>;
         } catch (error) {
@@ -132,6 +139,7 @@ export function createExecutor(d: ExecutorDeps) {
           throw error;
         } finally {
           exec.inTransaction = false;
+          transactionCalled = exec.committed;
         }
       },
     };
