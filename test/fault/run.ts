@@ -237,7 +237,15 @@ backoff_max_ms = 1000
       startDaemon(d);
     },
     async sigstop(r) {
-      const d = r.pick(daemons.filter((x) => x.proc && !x.stopped));
+      // Stop the daemon holding the most leases: a daemon that happens to be
+      // idle would make no zombie, and the scenario would test nothing.
+      const live = daemons.filter((x) => x.proc && !x.stopped);
+      const holders = await direct`select lease_owner, count(*)::int as n from conveyor_jobs
+          where state = 'running' group by lease_owner order by n desc`.catch(() => []);
+      const pids = holders.map((h) => Number(String(h.lease_owner).split(":")[1]));
+      const d =
+        pids.map((pid) => live.find((x) => x.proc?.pid === pid)).find((x) => x !== undefined) ??
+        r.pick(live);
       if (!d?.proc) return;
       d.proc.kill("SIGSTOP");
       d.stopped = true;
