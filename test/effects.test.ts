@@ -9,7 +9,7 @@ import { enqueueMany } from "../src/enqueue.ts";
 import { StaleLeaseError } from "../src/errors.ts";
 import { silentLogger } from "../src/logger.ts";
 import { createEffectRunner } from "../src/worker/effects.ts";
-import { createWorker } from "../src/worker/worker.ts";
+import { createWorker, type Worker } from "../src/worker/worker.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
@@ -73,6 +73,17 @@ function blocker() {
     return undefined;
   };
   return { release, fn };
+}
+
+/** Starts the worker, waits for n job:completed events, then stops it. */
+async function runUntilCompleted(worker: Worker, n: number) {
+  let completed = 0;
+  const all = new Promise<void>((resolve) =>
+    worker.events.on("job:completed", () => ++completed === n && resolve()),
+  );
+  await worker.start();
+  await all;
+  await worker.stop();
 }
 
 async function jobRows() {
@@ -244,13 +255,7 @@ describe("shared effect transactions", () => {
         logger: silentLogger,
         reaper: false,
       });
-      let completed = 0;
-      const all = new Promise<void>((resolve) =>
-        worker.events.on("job:completed", () => ++completed === 300 && resolve()),
-      );
-      await worker.start();
-      await all;
-      await worker.stop();
+      await runUntilCompleted(worker, 300);
       // xmin is the transaction that wrote the row's current version: the
       // number of distinct ones is the number of commits that completed jobs.
       const [counts] = await db.sql`
@@ -295,13 +300,7 @@ describe("shared effect transactions", () => {
       },
       logger: silentLogger,
     });
-    let completed = 0;
-    const both = new Promise<void>((resolve) =>
-      worker.events.on("job:completed", () => ++completed === 2 && resolve()),
-    );
-    await worker.start();
-    await both;
-    await worker.stop();
+    await runUntilCompleted(worker, 2);
     expect(worker.stats().staleWrites).toBe(0);
     const rows = await db.sql`select j.kind, j.state, j.lease_version::int as v, l.note
       from conveyor_jobs j join effect_ledger l on l.job_id = j.id where j.queue = ${queue} order by j.kind`;

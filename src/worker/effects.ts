@@ -66,6 +66,7 @@ interface Request {
   resolve: (out: JsonValue | undefined) => void;
   reject: (error: unknown) => void;
   out?: JsonValue | undefined;
+  /** Set for every request of a group before settle() answers them. */
   outcome?: { ok: true } | { ok: false; error: unknown };
 }
 
@@ -73,7 +74,7 @@ const stale = (lease: Lease) => new StaleLeaseError(lease.id, String(lease.versi
 
 export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
   const maxGroup = Math.max(1, Math.min(EFFECT_GROUP_MAX, o.maxGroup));
-  let queue: Request[] = [];
+  const queue: Request[] = [];
   let active = 0;
 
   async function runAlone(r: Request) {
@@ -141,19 +142,14 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
       }
     }
     for (const r of group) {
-      const outcome = r.outcome ?? {
-        ok: false,
-        error: new Error("effect transaction ended early"),
-      };
-      if (outcome.ok) r.resolve(r.out);
-      else r.reject(outcome.error);
+      if (r.outcome?.ok) r.resolve(r.out);
+      else r.reject(r.outcome?.error);
     }
   }
 
   const pump = () => {
     while (active < o.concurrency && queue.length > 0) {
-      const group = queue.length <= maxGroup ? queue : queue.slice(0, maxGroup);
-      queue = queue.length <= maxGroup ? [] : queue.slice(maxGroup);
+      const group = queue.splice(0, maxGroup);
       active++;
       void settle(group).finally(() => {
         active--;
