@@ -132,6 +132,34 @@ describe("enqueue", () => {
     expect(await count(db.sql`queue = 'tx'`)).toBe(before + 1);
   });
 
+  test("wakes listeners once per queue with jobs runnable now, and only on commit", async () => {
+    const heard: string[] = [];
+    const sub = await db.sql.listen("conveyor_jobs", (queue) => heard.push(queue));
+    // A rolled-back enqueue and a future job wake nobody.
+    await db.sql
+      .begin(async (tx) => {
+        await enqueue(tx, { queue: "wk-rolled-back", kind: "k" });
+        throw new Error("roll back");
+      })
+      .catch(() => {});
+    await enqueue(db.sql, { queue: "wk-later", kind: "k", delayMs: 60_000 });
+    const res = await enqueueMany(db.sql, [
+      { queue: "wk-a", kind: "k", idempotencyKey: "x" },
+      { queue: "wk-a", kind: "k" },
+      { queue: "wk-b", kind: "k" },
+    ]);
+    expect(res.map((r) => r.job.queue)).toEqual(["wk-a", "wk-a", "wk-b"]);
+    // A duplicate inserts nothing, so it wakes nobody either.
+    expect(
+      (await enqueue(db.sql, { queue: "wk-a", kind: "k", idempotencyKey: "x" })).duplicate,
+    ).toBe(true);
+    await db.sql`select pg_notify('conveyor_jobs', 'wk-end')`;
+    const deadline = Date.now() + 5_000;
+    while (!heard.includes("wk-end") && Date.now() < deadline) await Bun.sleep(10);
+    await sub.unlisten();
+    expect(heard.sort()).toEqual(["wk-a", "wk-b", "wk-end"]);
+  });
+
   test("payload over the size limit is refused, naming the field", async () => {
     const err = await enqueue(
       db.sql,

@@ -1,4 +1,5 @@
 import m0001 from "../../migrations/0001_init.sql" with { type: "text" };
+import m0002 from "../../migrations/0002_notify_from_insert.sql" with { type: "text" };
 import { MigrationError } from "../errors.ts";
 import type { Pool } from "./db.ts";
 
@@ -13,7 +14,10 @@ export interface Migration {
  * binary carries them; a new file in migrations/ needs a line here (the
  * migrate test fails if the two disagree).
  */
-export const MIGRATIONS: readonly Migration[] = [{ version: 1, name: "0001_init", sql: m0001 }];
+export const MIGRATIONS: readonly Migration[] = [
+  { version: 1, name: "0001_init", sql: m0001 },
+  { version: 2, name: "0002_notify_from_insert", sql: m0002 },
+];
 
 // Any constant works; this one is "conveyor" in ASCII, so it is recognisable in pg_locks.
 const MIGRATION_LOCK = 0x636f6e766579;

@@ -1,5 +1,5 @@
-// Wake-ups: LISTEN on the channel the insert trigger notifies, one message per
-// queue and statement. postgres.js keeps one dedicated connection for it and
+// Wake-ups: LISTEN on the channel the enqueue statement notifies, one message
+// per queue and transaction. postgres.js keeps one dedicated connection for it and
 // re-listens after reconnecting; `onlisten` runs each time, which is when we
 // wake every producer to catch up on notifications missed while disconnected.
 import type { Pool } from "../db/db.ts";
