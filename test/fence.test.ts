@@ -127,6 +127,46 @@ describe("a zombie's writes change nothing after its lease was reissued", () => 
     expect([...done]).toEqual([job.id]);
   });
 
+  test("a heartbeat skips a row its holder's own transaction has locked, and extends the rest at once", async () => {
+    await enqueue(db.sql, { queue: "hb-lock", kind: "k" });
+    await enqueue(db.sql, { queue: "hb-lock", kind: "k" });
+    const rows = await fetchJobs(db.sql, {
+      queue: "hb-lock",
+      owner: "A",
+      limit: 2,
+      leaseMs: 30_000,
+      kinds: ["k"],
+    });
+    const [locked, free] = rows.map((r) => ({ id: r.id, version: Number(r.lease_version) })) as [
+      Lease,
+      Lease,
+    ];
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let lockTaken!: () => void;
+    const taken = new Promise<void>((r) => (lockTaken = r));
+    // A long guarded transaction of the same worker holds one job's row.
+    const tx = db.sql.begin(async (t) => {
+      await t`select 1 from conveyor_jobs where id = ${locked.id} for update`;
+      lockTaken();
+      await held;
+    });
+    await taken;
+    // Were the heartbeat to wait for the lock, it would return only after this.
+    const timer = setTimeout(release, 3_000);
+    const t0 = performance.now();
+    const extended = await extendLeases(db.sql, "A", [locked, free], 60_000);
+    const waitedMs = performance.now() - t0;
+    clearTimeout(timer);
+    release();
+    await tx;
+    expect([...extended]).toEqual([free.id]);
+    expect(waitedMs).toBeLessThan(2_500);
+    const [row] = await db.sql`select (lease_expires_at > now() + interval '45 seconds') as extended
+                                 from conveyor_jobs where id = ${free.id}`;
+    expect(row?.extended).toBe(true);
+  });
+
   test("a zombie handler's guarded effect rolls back; the live holder's commits once", async () => {
     const queue = "effect";
     const { job } = await enqueue(db.sql, { queue, kind: "pay" });

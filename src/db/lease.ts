@@ -4,6 +4,12 @@ import { type Db, fenced, type Lease } from "./db.ts";
  * Extends the leases this owner still holds (spec: Heartbeat). A lease whose
  * version moved on, whose owner changed, or whose job left 'running' is not
  * extended and its id is absent from the result: the caller aborts that job.
+ *
+ * Rows locked by another transaction are skipped, not waited for: the lock is
+ * this worker's own guarded transaction or outcome write for that job (which
+ * the caller knows about and does not report), or the reaper taking a lease
+ * that has expired. Waiting would hold every other job's heartbeat behind a
+ * long effect transaction until their leases ran out.
  */
 export async function extendLeases(
   db: Db,
@@ -13,11 +19,17 @@ export async function extendLeases(
 ): Promise<Set<string>> {
   if (leases.length === 0) return new Set();
   const rows = await db`
+    with held as (
+      select j.id from conveyor_jobs j
+        join jsonb_to_recordset(${fenced(owner, leases)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state)
+          on j.id = t.id and j.lease_version = t.version
+         and j.lease_owner = t.owner and j.state = t.state
+       for update of j skip locked
+    )
     update conveyor_jobs j
        set lease_expires_at = now() + ${leaseMs}::float8 * interval '1 millisecond'
-      from jsonb_to_recordset(${fenced(owner, leases)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state)
-     where j.id = t.id and j.lease_version = t.version
-       and j.lease_owner = t.owner and j.state = t.state
+      from held
+     where j.id = held.id
     returning j.id`;
   return new Set(rows.map((r) => String(r.id)));
 }
