@@ -64,15 +64,21 @@ async function lease(n: number, stolen: number[] = []): Promise<Lease[]> {
   return leases;
 }
 
-/** Holds the runner's only slot until released, so what is submitted meanwhile forms one group. */
+/**
+ * Holds the runner's only slot until released, so what is submitted meanwhile
+ * forms one group. Submit the rest after `begun`: requests of one turn of the
+ * event loop would share the blocker's group.
+ */
 function blocker() {
   let release!: () => void;
+  let onStart!: () => void;
   const gate = new Promise<void>((r) => (release = r));
+  const begun = new Promise<void>((r) => (onStart = r));
   const fn = async () => {
     await gate;
     return undefined;
   };
-  return { release, fn };
+  return { release, fn, onStart, begun };
 }
 
 /** Starts the worker, waits for n job:completed events, then stops it. */
@@ -97,7 +103,8 @@ describe("shared effect transactions", () => {
     const runner = createEffectRunner({ sql: db.sql, owner: "A", maxGroup: 60, concurrency: 1 });
     const [l0, l1, l2, l3, l4, l5] = leases as [Lease, Lease, Lease, Lease, Lease, Lease];
     const gate = blocker();
-    const first = runner.run(l0, gate.fn);
+    const first = runner.run(l0, gate.fn, gate.onStart);
+    await gate.begun;
     let stolenRan = false;
     const results = [
       runner.run(l1, async (tx) => {
@@ -160,11 +167,36 @@ describe("shared effect transactions", () => {
     expect(rows.get(l3.id)?.lease_owner).toBe("B");
   });
 
+  test("requests made in one turn of the event loop share one transaction, even with free slots", async () => {
+    const leases = await lease(8);
+    let begins = 0;
+    const sql = db.connect({
+      max: 4,
+      debug: (_connection: number, query: string) => {
+        if (/^\s*begin/i.test(query)) begins++;
+      },
+    });
+    const runner = createEffectRunner({ sql, owner: "A", maxGroup: 60, concurrency: 4 });
+    // As a fetched batch's handlers call ctx.transaction(): one after another, in one turn.
+    const out = await Promise.all(
+      leases.map((l) =>
+        runner.run(l, async (tx) => {
+          await tx`insert into effect_ledger values (${l.id}, 'ok')`;
+          return undefined;
+        }),
+      ),
+    );
+    expect(out).toHaveLength(8);
+    expect(begins).toBe(1);
+    expect((await db.sql`select count(*)::int as n from effect_ledger`)[0]?.n).toBe(8);
+  });
+
   test("when the shared COMMIT fails, every job in the group is rejected and nothing commits", async () => {
     const leases = await lease(4);
     const runner = createEffectRunner({ sql: db.sql, owner: "A", maxGroup: 60, concurrency: 1 });
     const gate = blocker();
-    const first = runner.run(leases[0] as Lease, gate.fn);
+    const first = runner.run(leases[0] as Lease, gate.fn, gate.onStart);
+    await gate.begun;
     const group = leases.slice(1).map((l, i) =>
       runner.run(l, async (tx) => {
         await tx`insert into effect_ledger values (${l.id}, 'ok')`;

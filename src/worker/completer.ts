@@ -79,6 +79,10 @@ export function createCompleter(
   };
 
   const pump = async () => {
+    // Start on the next turn of the event loop, not now: a fetched batch's
+    // handlers return in the same turn, and the first completion would
+    // otherwise go alone and hold the rest back for a whole commit.
+    await new Promise<void>((r) => setImmediate(r));
     while (queue.length > 0) {
       const batch = queue.slice(0, COMPLETER_MAX_BATCH);
       queue = queue.slice(batch.length);

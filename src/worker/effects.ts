@@ -158,11 +158,24 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
     }
   };
 
+  // A new request waits for the next turn of the event loop: the jobs of one
+  // fetched batch call ctx.transaction() in the same turn, and starting at
+  // once would send the first few alone, each with a commit of its own.
+  let scheduled = false;
+  const schedule = () => {
+    if (scheduled) return;
+    scheduled = true;
+    setImmediate(() => {
+      scheduled = false;
+      pump();
+    });
+  };
+
   return {
     run(lease, fn, onStart) {
       return new Promise((resolve, reject) => {
         queue.push({ lease, fn, onStart, resolve, reject });
-        pump();
+        schedule();
       });
     },
     get pending() {

@@ -1,0 +1,48 @@
+// The completer's batching: what reaches Postgres, counted on the wire.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { fetchJobs } from "../src/db/fetch.ts";
+import { enqueueMany } from "../src/enqueue.ts";
+import { silentLogger } from "../src/logger.ts";
+import { createCompleter } from "../src/worker/completer.ts";
+import { type TestDb, testDatabase } from "./harness.ts";
+
+let db: TestDb;
+beforeAll(async () => {
+  db = await testDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+
+test("completions handed in during one turn of the event loop share one statement", async () => {
+  const queue = "cb";
+  await enqueueMany(
+    db.sql,
+    Array.from({ length: 7 }, () => ({ queue, kind: "k" })),
+  );
+  const rows = await fetchJobs(db.sql, {
+    queue,
+    owner: "W",
+    limit: 7,
+    leaseMs: 30_000,
+    kinds: ["k"],
+  });
+  expect(rows).toHaveLength(7);
+  let statements = 0;
+  const sql = db.connect({
+    max: 1,
+    debug: (_connection: number, query: string) => {
+      if (/update conveyor_jobs/.test(query)) statements++;
+    },
+  });
+  const completer = createCompleter(sql, "W", silentLogger);
+  // As the executor hands them in: one after another, each from its own job.
+  const done = await Promise.all(
+    rows.map((r) => completer.complete({ id: r.id, version: Number(r.lease_version) })),
+  );
+  expect(done).toEqual(rows.map(() => true));
+  expect(statements).toBe(1);
+  const [n] =
+    await db.sql`select count(*)::int as n from conveyor_jobs where queue = ${queue} and state = 'completed'`;
+  expect(n?.n).toBe(7);
+});
