@@ -3,10 +3,10 @@
 // Invariant: a job is reported completed only after its guarded UPDATE
 // committed and returned its row; a row the guard rejected is reported stale.
 //
-// Batching is adaptive, with no timer: while one batch is in flight the next
-// accumulates, so an idle worker completes a job in one round trip and a busy
-// one completes hundreds per statement (River's batch completer, without its
-// fixed wait).
+// Batching is adaptive, with no timer: while batches are in flight (up to
+// COMPLETER_CONCURRENCY) the next accumulates, so an idle worker completes a
+// job in one round trip and a busy one completes hundreds per statement
+// (River's batch completer, without its fixed wait).
 
 import type { Pool } from "../db/db.ts";
 import type { Completion } from "../db/outcome.ts";
@@ -15,6 +15,12 @@ import type { Logger } from "../logger.ts";
 import { withDeadline } from "./loop.ts";
 
 export const COMPLETER_MAX_BATCH = 2_000;
+/**
+ * Batches written at once. With one, the completion was the busy pipeline's
+ * serial step once two fetches overlapped: a 1,000-row UPDATE and its commit
+ * take 15-20 ms here, and fetching waited behind it (back-pressure).
+ */
+export const COMPLETER_CONCURRENCY = 2;
 const RETRY_DELAYS_MS = [50, 200, 1_000, 3_000];
 
 export interface Completer {
@@ -36,9 +42,9 @@ export function createCompleter(
   owner: string,
   logger: Logger,
   deadlineMs?: number,
+  concurrency = COMPLETER_CONCURRENCY,
 ): Completer {
-  let queue: Waiting[] = [];
-  let inFlight: Promise<void> | undefined;
+  const queue: Waiting[] = [];
 
   const writeBatch = async (batch: Waiting[]) => {
     let lastError: unknown;
@@ -78,28 +84,43 @@ export function createCompleter(
     for (const w of batch) w.reject(lastError);
   };
 
-  const pump = async () => {
-    // Start on the next turn of the event loop, not now: a fetched batch's
-    // handlers return in the same turn, and the first completion would
-    // otherwise go alone and hold the rest back for a whole commit.
-    await new Promise<void>((r) => setImmediate(r));
-    while (queue.length > 0) {
-      const batch = queue.slice(0, COMPLETER_MAX_BATCH);
-      queue = queue.slice(batch.length);
-      await writeBatch(batch);
+  // Batches being written, at most `concurrency`.
+  const writing = new Set<Promise<void>>();
+  let scheduled = false;
+
+  const pump = () => {
+    scheduled = false;
+    while (writing.size < concurrency && queue.length > 0) {
+      const batch = queue.splice(0, COMPLETER_MAX_BATCH);
+      const p: Promise<void> = writeBatch(batch).finally(() => {
+        writing.delete(p);
+        pump();
+      });
+      writing.add(p);
     }
-    inFlight = undefined;
+  };
+
+  // Start on the next turn of the event loop, not now: a fetched batch's
+  // handlers return in the same turn, and the first completion would
+  // otherwise go alone and hold the rest back for a whole commit.
+  const schedule = () => {
+    if (scheduled) return;
+    scheduled = true;
+    setImmediate(pump);
   };
 
   return {
     complete(item) {
       return new Promise((resolve, reject) => {
         queue.push({ item, resolve, reject });
-        inFlight ??= pump();
+        schedule();
       });
     },
     async flush() {
-      while (inFlight) await inFlight;
+      while (scheduled || writing.size > 0 || queue.length > 0) {
+        if (writing.size > 0) await Promise.all(writing);
+        else await new Promise<void>((r) => setImmediate(r));
+      }
     },
     get pending() {
       return queue.length;

@@ -63,6 +63,10 @@ export function createProducer(o: ProducerOptions): Producer {
   const inFlight = new Set<Promise<number>>();
   // Set when there may be more work than the last fetch took.
   let wanted = false;
+  // The last fetch came back full (or none has yet): more is likely waiting.
+  let backlog = true;
+  // A fetch failed: no other until the retry timer fires.
+  let backingOff = false;
   let pollTimer: ReturnType<typeof setTimeout> | undefined;
   let retryTimer: ReturnType<typeof setTimeout> | undefined;
   let scheduled = false;
@@ -70,9 +74,13 @@ export function createProducer(o: ProducerOptions): Producer {
   const free = () => o.concurrency - active - reserved;
 
   const fetchOnce = async (): Promise<number> => {
-    const limit = Math.min(free(), o.fetchBatch);
+    const slots = free();
+    const limit = Math.min(slots, o.fetchBatch);
     if (limit <= 0) return 0;
-    wanted = false;
+    // With a backlog, and slots this fetch leaves free, another fetch may go
+    // at once: else each returning batch starts exactly one more, and the
+    // fetches of a busy worker run one at a time.
+    if (!(backlog && limit < slots)) wanted = false;
     reserved += limit;
     let rows: LeasedRow[];
     try {
@@ -93,7 +101,8 @@ export function createProducer(o: ProducerOptions): Producer {
       reserved -= limit;
     }
     // A full batch suggests more is waiting.
-    if (rows.length === limit) wanted = true;
+    backlog = rows.length === limit;
+    if (backlog) wanted = true;
     for (const row of rows) {
       active++;
       unwritten++;
@@ -115,7 +124,7 @@ export function createProducer(o: ProducerOptions): Producer {
 
   const fill = () => {
     scheduled = false;
-    if (stopped || !wanted || inFlight.size >= MAX_FETCHES_IN_FLIGHT) return;
+    if (stopped || backingOff || !wanted || inFlight.size >= MAX_FETCHES_IN_FLIGHT) return;
     // Back-pressure: while more outcomes wait to be written than we may run,
     // the database is the bottleneck; fetching more would only hold leases.
     if (unwritten - active > o.concurrency) return;
@@ -129,13 +138,22 @@ export function createProducer(o: ProducerOptions): Producer {
       o.logger.warn("fetch failed; retrying", { queue: o.queue, error });
       o.events.emit("loop:error", { loop: `producer:${o.queue}`, error });
       wanted = true;
+      backingOff = true;
       clearTimeout(retryTimer);
-      retryTimer = setTimeout(schedule, jittered(ERROR_BACKOFF_MS, 0.3));
+      retryTimer = setTimeout(
+        () => {
+          backingOff = false;
+          schedule();
+        },
+        jittered(ERROR_BACKOFF_MS, 0.3),
+      );
       return 0;
     }).finally(() => {
       inFlight.delete(p);
       if (wanted) schedule();
     });
+    // A second fetch, when this one left it wanted.
+    if (wanted) schedule();
   };
 
   // Coalesces wake-ups and freed slots within one turn of the event loop.
