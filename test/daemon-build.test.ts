@@ -3,15 +3,16 @@
 // start, reused on the next.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
-import { copyFile, mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { copyFile } from "node:fs/promises";
 import path from "node:path";
 import {
   cleanEnv,
   freePort,
   REPO,
+  removeTempFolders,
   runConveyor,
   spawnConveyor,
+  tempFolder,
   waitReady,
   workspace,
 } from "./daemon-process.ts";
@@ -24,6 +25,7 @@ beforeAll(async () => {
   db = await testDatabase();
 }, 60_000);
 afterAll(async () => {
+  removeTempFolders();
   await db.drop();
 });
 
@@ -174,7 +176,7 @@ describe("the embedded default", () => {
   test(
     "check resolves secrets only for the roles that need them",
     async () => {
-      const dir = await mkdtemp(path.join(tmpdir(), "conveyor-nodb-"));
+      const dir = await tempFolder("conveyor-nodb-");
       const { config } = await workspace(
         `[[api.tokens]]\ntoken_env = "UNSET_TOKEN_VARIABLE"\nscopes = ["admin"]\n[embedded]\ndata_dir = "${dir}/pg"\n`,
         PLUGINS,

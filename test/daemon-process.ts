@@ -1,5 +1,6 @@
 // Runs `conveyor` as a real subprocess for the daemon tests: spawn it, read
 // its JSON log lines, wait for readiness or for a log record, signal it.
+import { rmSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -141,12 +142,29 @@ export async function waitReady(d: Daemon, baseUrl: string, ms = 60_000): Promis
   }
 }
 
+// Workspaces hold embedded clusters and copies of the compiled binary (about
+// 1.5 GB over a full run): each test file that makes them removes them in
+// its afterAll (bun test does not run process "exit" listeners).
+const created: string[] = [];
+
+/** Removes every folder tempFolder() made so far; for afterAll. */
+export function removeTempFolders(): void {
+  for (const dir of created.splice(0)) rmSync(dir, { recursive: true, force: true });
+}
+
+/** A temp folder, removed by removeTempFolders(). */
+export async function tempFolder(prefix: string): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), prefix));
+  created.push(dir);
+  return dir;
+}
+
 /** A temp folder with conveyor.toml and the given plugin files; readable by user postgres. */
 export async function workspace(
   toml: string,
   plugins: Record<string, string> = {},
 ): Promise<{ dir: string; config: string }> {
-  const dir = await mkdtemp(path.join(tmpdir(), "conveyor-daemon-"));
+  const dir = await tempFolder("conveyor-daemon-");
   await chmod(dir, 0o755);
   for (const [name, text] of Object.entries(plugins)) {
     const file = path.join(dir, "plugins", name);

@@ -2,8 +2,7 @@
 // enqueues, auth, config and plugin errors, cron across two daemons, and the
 // SIGTERM drain.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { chmod, mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { chmod } from "node:fs/promises";
 import path from "node:path";
 import { enqueue } from "../src/enqueue.ts";
 import {
@@ -11,8 +10,10 @@ import {
   type Daemon,
   freePort,
   pollUntil,
+  removeTempFolders,
   runConveyor,
   spawnConveyor,
+  tempFolder,
   waitReady,
   workspace,
 } from "./daemon-process.ts";
@@ -42,6 +43,7 @@ beforeAll(async () => {
   db = await testDatabase();
 }, 60_000);
 afterAll(async () => {
+  removeTempFolders();
   await db.drop();
 });
 
@@ -296,7 +298,7 @@ describe("start refuses bad config and bad plugins", () => {
   test.if(process.getuid?.() === 0)(
     "as root, an embedded data folder postgres cannot reach fails clearly",
     async () => {
-      const locked = await mkdtemp(path.join(tmpdir(), "conveyor-locked-"));
+      const locked = await tempFolder("conveyor-locked-");
       await chmod(locked, 0o700);
       const { config } = await workspace(
         `[embedded]\ndata_dir = "${path.join(locked, "pg")}"\n`,

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { mkdtemp, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { ConfigError } from "../errors.ts";
@@ -217,5 +217,6 @@ describe("config", () => {
     expect(loadConfig(file, { required: false, env: {} }).file).toBeUndefined();
     await writeFile(file, 'plugins = "p"\n');
     expect(loadConfig(file, { required: true, env: {} }).plugins.dir).toBe(path.join(dir, "p"));
+    await rm(dir, { recursive: true, force: true });
   });
 });

@@ -1,5 +1,5 @@
-import { describe, expect, test } from "bun:test";
-import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { PluginLoadError } from "../errors.ts";
@@ -8,8 +8,14 @@ import { outcomeKind, outcomeOf } from "../handler.ts";
 import { type LogFields, silentLogger } from "../logger.ts";
 import { loadPlugins } from "./load.ts";
 
+const folders: string[] = [];
+afterAll(async () => {
+  await Promise.all(folders.map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
 async function folder(files: Record<string, string>): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), "conveyor-plugins-"));
+  folders.push(dir);
   for (const [name, text] of Object.entries(files)) {
     await mkdir(path.dirname(path.join(dir, name)), { recursive: true });
     await writeFile(path.join(dir, name), text);
