@@ -4,9 +4,7 @@ import { fetchJobs } from "../src/db/fetch.ts";
 import { enqueueMany } from "../src/enqueue.ts";
 import { silentLogger } from "../src/logger.ts";
 import { createCompleter } from "../src/worker/completer.ts";
-import { startProxy } from "./fault/proxy.ts";
-import { rng } from "./fault/rng.ts";
-import { type TestDb, testDatabase } from "./harness.ts";
+import { countingPool, type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
 beforeAll(async () => {
@@ -30,20 +28,15 @@ test("completions handed in during one turn of the event loop share one statemen
     kinds: ["k"],
   });
   expect(rows).toHaveLength(7);
-  let statements = 0;
-  const sql = db.connect({
-    max: 1,
-    debug: (_connection: number, query: string) => {
-      if (/update conveyor_jobs/.test(query)) statements++;
-    },
-  });
-  const completer = createCompleter(sql, "W", silentLogger);
+  const pool = await countingPool(db, /update conveyor_jobs/, { max: 1 });
+  const completer = createCompleter(pool.sql, "W", silentLogger);
   // As the executor hands them in: one after another, each from its own job.
   const done = await Promise.all(
     rows.map((r) => completer.complete({ id: r.id, version: Number(r.lease_version) })),
   );
   expect(done).toEqual(rows.map(() => true));
-  expect(statements).toBe(1);
+  expect(pool.sent()).toBe(1);
+  await pool.close();
   const [n] =
     await db.sql`select count(*)::int as n from conveyor_jobs where queue = ${queue} and state = 'completed'`;
   expect(n?.n).toBe(7);
@@ -63,31 +56,17 @@ test("a second batch goes while the first is still being written", async () => {
     kinds: ["k"],
   });
   const [a, b] = rows.map((r) => ({ id: r.id, version: Number(r.lease_version) }));
-  const u = new URL(db.url);
-  const proxy = await startProxy({ host: u.hostname, port: Number(u.port) }, rng(2));
-  let statements = 0;
-  const sql = db.connect({
-    host: u.hostname,
-    port: proxy.port,
-    max: 2,
-    debug: (_connection: number, query: string) => {
-      if (/update conveyor_jobs/.test(query)) statements++;
-    },
-  });
-  await Promise.all([sql`select 1`, sql`select 1`]);
   // 100 ms each way: the first batch cannot be back within 200 ms.
-  proxy.set({ latencyMs: 100, dropPerSecond: 0 });
+  const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
   try {
-    const completer = createCompleter(sql, "W", silentLogger);
+    const completer = createCompleter(pool.sql, "W", silentLogger);
     const first = completer.complete(a as { id: string; version: number });
     await Bun.sleep(30);
     const second = completer.complete(b as { id: string; version: number });
     await Bun.sleep(60);
-    expect(statements).toBe(2);
+    expect(pool.sent()).toBe(2);
     expect(await Promise.all([first, second])).toEqual([true, true]);
   } finally {
-    proxy.set({ latencyMs: 0, dropPerSecond: 0 });
-    await sql.end({ timeout: 5 });
-    await proxy.close();
+    await pool.close();
   }
 });

@@ -10,7 +10,7 @@ import { StaleLeaseError } from "../src/errors.ts";
 import { silentLogger } from "../src/logger.ts";
 import { createEffectRunner } from "../src/worker/effects.ts";
 import { createWorker, type Worker } from "../src/worker/worker.ts";
-import { type TestDb, testDatabase } from "./harness.ts";
+import { countingPool, type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
 beforeAll(async () => {
@@ -169,14 +169,8 @@ describe("shared effect transactions", () => {
 
   test("requests made in one turn of the event loop share one transaction, even with free slots", async () => {
     const leases = await lease(8);
-    let begins = 0;
-    const sql = db.connect({
-      max: 4,
-      debug: (_connection: number, query: string) => {
-        if (/^\s*begin/i.test(query)) begins++;
-      },
-    });
-    const runner = createEffectRunner({ sql, owner: "A", maxGroup: 60, concurrency: 4 });
+    const pool = await countingPool(db, /^\s*begin/i, { max: 4 });
+    const runner = createEffectRunner({ sql: pool.sql, owner: "A", maxGroup: 60, concurrency: 4 });
     // As a fetched batch's handlers call ctx.transaction(): one after another, in one turn.
     const out = await Promise.all(
       leases.map((l) =>
@@ -187,7 +181,8 @@ describe("shared effect transactions", () => {
       ),
     );
     expect(out).toHaveLength(8);
-    expect(begins).toBe(1);
+    expect(pool.sent()).toBe(1);
+    await pool.close();
     expect((await db.sql`select count(*)::int as n from effect_ledger`)[0]?.n).toBe(8);
   });
 

@@ -10,6 +10,8 @@ import postgres from "postgres";
 import type { Pool } from "../src/db/db.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { type EmbeddedCluster, startEmbeddedPostgres } from "../src/embedded-postgres.ts";
+import { startProxy } from "./fault/proxy.ts";
+import { rng } from "./fault/rng.ts";
 
 let shared: Promise<{ cluster?: EmbeddedCluster; dir?: string; adminUrl: string }> | undefined;
 
@@ -85,6 +87,41 @@ export async function testDatabase(): Promise<TestDb> {
       const a = postgres(adminUrl, { max: 1, onnotice: () => {} });
       await a.unsafe(`drop database if exists "${name}" with (force)`);
       await a.end();
+    },
+  };
+}
+
+/**
+ * A pool on the test database that counts the statements it sends whose text
+ * matches `pattern`. With `latencyMs`, it goes through a proxy that delays
+ * every chunk that much each way once its `max` connections are open, so a
+ * test can see what is sent before any reply can be back.
+ */
+export async function countingPool(
+  db: TestDb,
+  pattern: RegExp,
+  o: { max: number; latencyMs?: number },
+): Promise<{ sql: Pool; sent(): number; close(): Promise<void> }> {
+  let sent = 0;
+  const debug = (_connection: number, query: string) => {
+    if (pattern.test(query)) sent++;
+  };
+  const u = new URL(db.url);
+  const proxy = o.latencyMs
+    ? await startProxy({ host: u.hostname, port: Number(u.port) }, rng(1))
+    : undefined;
+  const sql = db.connect({ max: o.max, debug, ...(proxy ? { port: proxy.port } : {}) });
+  if (proxy) {
+    await Promise.all(Array.from({ length: o.max }, () => sql`select 1`));
+    proxy.set({ latencyMs: o.latencyMs ?? 0, dropPerSecond: 0 });
+  }
+  return {
+    sql,
+    sent: () => sent,
+    async close() {
+      proxy?.set({ latencyMs: 0, dropPerSecond: 0 });
+      await sql.end({ timeout: 5 });
+      await proxy?.close();
     },
   };
 }

@@ -5,9 +5,7 @@ import { enqueueMany } from "../src/enqueue.ts";
 import { createEvents } from "../src/events.ts";
 import { silentLogger } from "../src/logger.ts";
 import { createProducer } from "../src/worker/producer.ts";
-import { startProxy } from "./fault/proxy.ts";
-import { rng } from "./fault/rng.ts";
-import { type TestDb, testDatabase } from "./harness.ts";
+import { countingPool, type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
 beforeAll(async () => {
@@ -24,23 +22,9 @@ test("with a backlog, a busy producer keeps two fetches in flight, not one after
     Array.from({ length: 2_000 }, () => ({ queue, kind: "k" })),
   );
   // 100 ms each way: no fetch can return within 200 ms.
-  const u = new URL(db.url);
-  const proxy = await startProxy({ host: u.hostname, port: Number(u.port) }, rng(1));
-  u.port = String(proxy.port);
-  let fetches = 0;
-  const sql = db.connect({
-    host: u.hostname,
-    port: proxy.port,
-    max: 4,
-    debug: (_c: number, query: string) => {
-      if (/with next as/.test(query)) fetches++;
-    },
-  });
-  // Open the connections before the latency applies.
-  await Promise.all(Array.from({ length: 4 }, () => sql`select 1`));
-  proxy.set({ latencyMs: 100, dropPerSecond: 0 });
+  const pool = await countingPool(db, /with next as/, { max: 4, latencyMs: 100 });
   const producer = createProducer({
-    sql,
+    sql: pool.sql,
     queue,
     owner: "W",
     kinds: ["k"],
@@ -55,12 +39,10 @@ test("with a backlog, a busy producer keeps two fetches in flight, not one after
   try {
     producer.start();
     await Bun.sleep(120);
-    expect(fetches).toBe(2);
+    expect(pool.sent()).toBe(2);
   } finally {
     await producer.stop();
-    proxy.set({ latencyMs: 0, dropPerSecond: 0 });
-    await sql.end({ timeout: 5 });
-    await proxy.close();
+    await pool.close();
   }
 });
 

@@ -87,9 +87,9 @@ export async function retryJobs(db: Db, ids: string[]): Promise<JobRow[]> {
 }
 
 /**
- * Wakes workers listening for these queues, on the channel the insert trigger
- * uses; for jobs made runnable by an update (retry, resume), which the
- * trigger does not see. Without it they wait for the next poll.
+ * Wakes workers listening for these queues, on the channel insertJobs
+ * notifies; for jobs made runnable by an update (retry, resume), which no
+ * insert announces. Without it they wait for the next poll.
  */
 export async function notifyQueues(db: Db, queues: string[]): Promise<void> {
   if (queues.length === 0) return;

@@ -12,7 +12,7 @@ import type { Pool } from "../db/db.ts";
 import type { Completion } from "../db/outcome.ts";
 import { completeJobs, selectCompletedBy } from "../db/outcome.ts";
 import type { Logger } from "../logger.ts";
-import { withDeadline } from "./loop.ts";
+import { nextTurn, withDeadline } from "./loop.ts";
 
 export const COMPLETER_MAX_BATCH = 2_000;
 /**
@@ -42,7 +42,6 @@ export function createCompleter(
   owner: string,
   logger: Logger,
   deadlineMs?: number,
-  concurrency = COMPLETER_CONCURRENCY,
 ): Completer {
   const queue: Waiting[] = [];
 
@@ -84,13 +83,11 @@ export function createCompleter(
     for (const w of batch) w.reject(lastError);
   };
 
-  // Batches being written, at most `concurrency`.
+  // Batches being written, at most COMPLETER_CONCURRENCY.
   const writing = new Set<Promise<void>>();
-  let scheduled = false;
 
   const pump = () => {
-    scheduled = false;
-    while (writing.size < concurrency && queue.length > 0) {
+    while (writing.size < COMPLETER_CONCURRENCY && queue.length > 0) {
       const batch = queue.splice(0, COMPLETER_MAX_BATCH);
       const p: Promise<void> = writeBatch(batch).finally(() => {
         writing.delete(p);
@@ -103,11 +100,7 @@ export function createCompleter(
   // Start on the next turn of the event loop, not now: a fetched batch's
   // handlers return in the same turn, and the first completion would
   // otherwise go alone and hold the rest back for a whole commit.
-  const schedule = () => {
-    if (scheduled) return;
-    scheduled = true;
-    setImmediate(pump);
-  };
+  const schedule = nextTurn(pump);
 
   return {
     complete(item) {
@@ -117,7 +110,9 @@ export function createCompleter(
       });
     },
     async flush() {
-      while (scheduled || writing.size > 0 || queue.length > 0) {
+      // Queued items are either being written soon (a pump is scheduled) or
+      // wait for a batch in `writing` to finish.
+      while (writing.size > 0 || queue.length > 0) {
         if (writing.size > 0) await Promise.all(writing);
         else await new Promise<void>((r) => setImmediate(r));
       }

@@ -31,6 +31,7 @@ import type { Lease, Pool } from "../db/db.ts";
 import { completeJobs, lockLeasedJobs, setResultLocked } from "../db/outcome.ts";
 import { StaleLeaseError } from "../errors.ts";
 import { assertJson, type JsonValue } from "../json.ts";
+import { nextTurn } from "./loop.ts";
 
 export const EFFECT_GROUP_MAX = 60;
 
@@ -161,15 +162,7 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
   // A new request waits for the next turn of the event loop: the jobs of one
   // fetched batch call ctx.transaction() in the same turn, and starting at
   // once would send the first few alone, each with a commit of its own.
-  let scheduled = false;
-  const schedule = () => {
-    if (scheduled) return;
-    scheduled = true;
-    setImmediate(() => {
-      scheduled = false;
-      pump();
-    });
-  };
+  const schedule = nextTurn(pump);
 
   return {
     run(lease, fn, onStart) {

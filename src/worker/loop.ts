@@ -8,6 +8,24 @@ export function jittered(ms: number, ratio = 0.1): number {
 }
 
 /**
+ * Returns a trigger that runs `fn` once on the next turn of the event loop,
+ * however often it is pulled before then. Work that arrives in one turn (a
+ * fetched batch's handlers returning, a burst of notifications) is then
+ * handled together instead of the first piece going alone.
+ */
+export function nextTurn(fn: () => void): () => void {
+  let scheduled = false;
+  return () => {
+    if (scheduled) return;
+    scheduled = true;
+    setImmediate(() => {
+      scheduled = false;
+      fn();
+    });
+  };
+}
+
+/**
  * How long a loop waits for one database call. A healthy call takes
  * milliseconds; this bounds the rare one that never settles (a client-library
  * bug left queries on a dead connection pending forever in our fault suite),

@@ -15,7 +15,7 @@ import type { Pool } from "../db/db.ts";
 import { fetchJobs, type LeasedRow } from "../db/fetch.ts";
 import type { Events } from "../events.ts";
 import type { Logger } from "../logger.ts";
-import { jittered, withDeadline } from "./loop.ts";
+import { jittered, nextTurn, withDeadline } from "./loop.ts";
 
 export interface ProducerOptions {
   sql: Pool;
@@ -69,7 +69,6 @@ export function createProducer(o: ProducerOptions): Producer {
   let backingOff = false;
   let pollTimer: ReturnType<typeof setTimeout> | undefined;
   let retryTimer: ReturnType<typeof setTimeout> | undefined;
-  let scheduled = false;
 
   const free = () => o.concurrency - active - reserved;
 
@@ -123,7 +122,6 @@ export function createProducer(o: ProducerOptions): Producer {
   };
 
   const fill = () => {
-    scheduled = false;
     if (stopped || backingOff || !wanted || inFlight.size >= MAX_FETCHES_IN_FLIGHT) return;
     // Back-pressure: while more outcomes wait to be written than we may run,
     // the database is the bottleneck; fetching more would only hold leases.
@@ -157,11 +155,7 @@ export function createProducer(o: ProducerOptions): Producer {
   };
 
   // Coalesces wake-ups and freed slots within one turn of the event loop.
-  const schedule = () => {
-    if (scheduled || stopped) return;
-    scheduled = true;
-    setImmediate(fill);
-  };
+  const schedule = nextTurn(fill);
 
   const poll = () => {
     if (stopped) return;
