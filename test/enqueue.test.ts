@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
+import { parseWake, wakesSent } from "../src/db/wake.ts";
 import { enqueue, enqueueMany } from "../src/enqueue.ts";
 import { ValidationError } from "../src/errors.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
@@ -134,7 +135,9 @@ describe("enqueue", () => {
 
   test("wakes listeners once per queue with jobs runnable now, and only on commit", async () => {
     const heard: string[] = [];
-    const sub = await db.sql.listen("conveyor_jobs", (queue) => heard.push(queue));
+    const sub = await db.sql.listen("conveyor_jobs", (payload) =>
+      heard.push(parseWake(payload).queue),
+    );
     // A rolled-back enqueue and a future job wake nobody.
     await db.sql
       .begin(async (tx) => {
@@ -153,6 +156,8 @@ describe("enqueue", () => {
     expect(
       (await enqueue(db.sql, { queue: "wk-a", kind: "k", idempotencyKey: "x" })).duplicate,
     ).toBe(true);
+    // Enqueues on a pool notify after their commit, without delaying the caller.
+    await wakesSent(db.sql);
     await db.sql`select pg_notify('conveyor_jobs', 'wk-end')`;
     const deadline = Date.now() + 5_000;
     while (!heard.includes("wk-end") && Date.now() < deadline) await Bun.sleep(10);

@@ -1,7 +1,8 @@
 // /v1/jobs: enqueue (one or a batch), read, list, cancel, retry.
 import type { Hono, MiddlewareHandler } from "hono";
-import { cancelJobs, listJobs, notifyQueues, retryJobs, selectJobsById } from "../db/admin.ts";
+import { cancelJobs, listJobs, retryJobs, selectJobsById } from "../db/admin.ts";
 import type { Pool } from "../db/db.ts";
+import { notifyQueues } from "../db/wake.ts";
 import {
   type EnqueueInput,
   type EnqueueOptions,

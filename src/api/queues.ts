@@ -3,11 +3,11 @@ import type { Hono, MiddlewareHandler } from "hono";
 import {
   countLiveJobsByQueue,
   countRecentFinalJobsByQueue,
-  notifyQueues,
   selectQueues,
   setQueuesPaused,
 } from "../db/admin.ts";
 import type { Pool } from "../db/db.ts";
+import { notifyQueues } from "../db/wake.ts";
 import { QUEUE_NAME_RE } from "../enqueue.ts";
 import type { Scope } from "./auth.ts";
 import { validationError } from "./http-error.ts";

@@ -4,7 +4,6 @@
 // is why cancel and retry exclude 'running' in their WHERE clauses rather than
 // checking first and writing second.
 import type { JobRow, JobState } from "../job.ts";
-import { JOBS_CHANNEL } from "../worker/wakeup.ts";
 import type { Db } from "./db.ts";
 
 export async function selectJobsById(db: Db, ids: string[]): Promise<JobRow[]> {
@@ -84,16 +83,6 @@ export async function retryJobs(db: Db, ids: string[]): Promise<JobRow[]> {
      where id = any(${ids}::bigint[])
        and state in ('available', 'completed', 'cancelled', 'discarded')
     returning *`) as unknown as JobRow[];
-}
-
-/**
- * Wakes workers listening for these queues, on the channel insertJobs
- * notifies; for jobs made runnable by an update (retry, resume), which no
- * insert announces. Without it they wait for the next poll.
- */
-export async function notifyQueues(db: Db, queues: string[]): Promise<void> {
-  if (queues.length === 0) return;
-  await db`select pg_notify(${JOBS_CHANNEL}, q) from unnest(${queues}::text[]) as q`;
 }
 
 export interface QueueRow {

@@ -1,7 +1,7 @@
 import type { JobRow } from "../job.ts";
 import type { JsonValue } from "../json.ts";
-import { JOBS_CHANNEL } from "../worker/wakeup.ts";
 import type { Db } from "./db.ts";
+import { isPool, JOBS_CHANNEL, wakeAfterCommit } from "./wake.ts";
 
 /** One row to insert; `i` is its position in the caller's batch. */
 export interface InsertRow {
@@ -26,11 +26,13 @@ export interface InsertRow {
  * as one jsonb parameter (graphile-worker's add_jobs does the same), so the
  * statement's size does not grow with the batch.
  *
- * The same statement wakes listening workers: one pg_notify per queue that
- * got a job runnable now, delivered when the transaction commits (so a job
- * enqueued in a transaction that rolls back wakes nobody), and folded with
- * duplicates by Postgres. A trigger did this until migration 0002; this costs
- * a fraction of it (see that file).
+ * Inserted jobs runnable now wake listening workers: one notification per
+ * queue (src/db/wake.ts). On a pool the insert commits by itself and the
+ * pool's waker notifies after the commit, coalesced with other enqueues, so
+ * that notifying does not serialise the enqueues' commits. In a caller's
+ * transaction the statement notifies itself, delivered only if that
+ * transaction commits (a job enqueued in a transaction that rolls back wakes
+ * nobody), and folded with duplicates by Postgres.
  *
  * Rows come back in insertion order (ORDER BY i feeds the insert, and the
  * one-row `woke` joins without reordering), which is how the caller maps
@@ -38,8 +40,8 @@ export interface InsertRow {
  */
 export async function insertJobs(db: Db, rows: InsertRow[]): Promise<JobRow[]> {
   if (rows.length === 0) return [];
-  return (await db`
-    with ins as (
+  // A fragment: postgres.js inlines it, with its parameter, where it is interpolated.
+  const insert = db`
       insert into conveyor_jobs
         (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, traceparent, tracestate)
       select t.queue, t.kind, coalesce(t.payload, 'null'::jsonb), t.priority,
@@ -50,6 +52,21 @@ export async function insertJobs(db: Db, rows: InsertRow[]): Promise<JobRow[]> {
                delay_ms float8, max_attempts int, idempotency_key text, traceparent text, tracestate text)
        order by t.i
       on conflict (queue, idempotency_key) where idempotency_key is not null do nothing
+  `;
+  if (isPool(db)) {
+    const inserted = (await db`
+      ${insert}
+      returning *, state = 'available' and run_at <= now() as runnable_now`) as unknown as (JobRow & {
+      runnable_now: boolean;
+    })[];
+    const woken = new Set<string>();
+    for (const r of inserted) if (r.runnable_now) woken.add(r.queue);
+    wakeAfterCommit(db, woken);
+    return inserted;
+  }
+  return (await db`
+    with ins as (
+      ${insert}
       returning *
     ), woke as (
       -- Referenced below: a SELECT in WITH runs only if something reads it.
