@@ -4,6 +4,7 @@ import { fetchJobs } from "../src/db/fetch.ts";
 import { completeJobs } from "../src/db/outcome.ts";
 import { reapExpiredLeases } from "../src/db/reap.ts";
 import { enqueue, enqueueMany } from "../src/enqueue.ts";
+import { type JobRow, jobFromLeasedRow, jobFromRow } from "../src/job.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
@@ -57,6 +58,42 @@ describe("dequeue", () => {
     const [left] =
       await db.sql`select count(*)::int as n from conveyor_jobs where state = 'available'`;
     expect(left?.n).toBe(2); // the unknown kind waits, and queue b is untouched
+  });
+
+  test("property: the job a handler sees is the stored row, times to the millisecond", async () => {
+    // run_at and created_at with microseconds (as now() writes them), before
+    // and after 1970 and near millisecond boundaries; run_at is past, so the
+    // job is runnable.
+    const micros = (max: number) =>
+      fc.oneof(
+        fc.integer({ min: -2_000_000_000_000_000, max }),
+        fc.integer({ min: 0, max: 1_000 }).map((us) => 1_700_000_000_000_000 + us),
+      );
+    const now = Date.now() * 1_000;
+    await fc.assert(
+      fc.asyncProperty(
+        micros(now - 1_000_000),
+        micros(4_000_000_000_000_000),
+        fc.integer({ min: 0, max: 3 }),
+        async (runUs, createdUs, attempts) => {
+          await db.sql`truncate conveyor_jobs`;
+          await db.sql`
+          insert into conveyor_jobs (queue, kind, run_at, created_at, attempts, max_attempts, lease_version)
+          values ('t', 'k', to_timestamp(${runUs}::float8 / 1e6), to_timestamp(${createdUs}::float8 / 1e6),
+                  ${attempts}, 10, ${attempts})`;
+          const [leased] = await fetch("t", "w", 1);
+          if (!leased) throw new Error("nothing leased");
+          const [stored] = (await db.sql`select * from conveyor_jobs`) as unknown as JobRow[];
+          if (!stored) throw new Error("no row");
+          const seen = jobFromLeasedRow(leased, "w", 30_000);
+          const want = jobFromRow(stored);
+          // attemptedAt included: the worker derives it from lease_expires_at,
+          // which the fetch sets to now() + the lease as it sets attempted_at to now().
+          expect(seen).toEqual(want);
+        },
+      ),
+      { numRuns: 60 },
+    );
   });
 
   test("a paused queue yields nothing until resumed", async () => {

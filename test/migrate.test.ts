@@ -29,4 +29,7 @@ test("concurrent migrators apply each migration exactly once", async () => {
   const rows = await db.sql`select version from conveyor_migrations order by version`;
   expect(rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
   expect(await migrate(db.sql)).toEqual([]);
+  // 0003: job pages keep room for a row's updates.
+  const [rel] = await db.sql`select reloptions from pg_class where relname = 'conveyor_jobs'`;
+  expect(rel?.reloptions).toEqual(["fillfactor=50"]);
 });

@@ -14,9 +14,12 @@ export interface FetchParams {
 /**
  * What a worker needs of a job it leased. Fewer columns than `returning *`:
  * decoding 20 columns (five timestamps into Dates, three jsonb) was a third
- * of the worker's CPU per job in a 20,000-job profile. Times come as epoch
- * milliseconds (float8 decodes far faster than a timestamp string), errors
- * only when an earlier attempt left some.
+ * of the worker's CPU per job in a 20,000-job profile. Times come as whole
+ * epoch milliseconds, floored as a JS Date would truncate them: an integer
+ * decodes far faster than a timestamp string, and date_part (float8) costs
+ * the server much less than extract (numeric since Postgres 14); in a bare
+ * fetch-and-complete loop of 100,000 jobs that was 57,600-62,800 -> 64,400-
+ * 67,200 jobs/s. Errors come only when an earlier attempt left some.
  */
 export interface LeasedRow {
   id: string;
@@ -66,9 +69,9 @@ export async function fetchJobs(db: Db, p: FetchParams): Promise<LeasedRow[]> {
       from next
      where j.id = next.id
     returning concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
-                        extract(epoch from j.run_at)::float8 * 1000,
-                        extract(epoch from j.created_at)::float8 * 1000,
-                        extract(epoch from j.lease_expires_at)::float8 * 1000) as n,
+                        floor(date_part('epoch', j.run_at) * 1000)::int8,
+                        floor(date_part('epoch', j.created_at) * 1000)::int8,
+                        floor(date_part('epoch', j.lease_expires_at) * 1000)::int8) as n,
               j.kind, j.payload, j.idempotency_key, j.traceparent, j.tracestate,
               case when j.errors <> '[]'::jsonb then j.errors end as errors`) as unknown as PackedRow[];
   return rows.map((r) => unpack(r, p.queue));

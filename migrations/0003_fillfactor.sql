@@ -1,0 +1,20 @@
+-- Conveyor schema, version 3: half-empty pages for job rows.
+--
+-- A job's row is written three times: inserted 'available', updated to
+-- 'running' by the dequeue, updated to 'completed' (or failed, snoozed) by the
+-- outcome. None of the updates can be HOT (each changes a column an index or
+-- an index predicate reads), but with room on the page each new row version
+-- stays on its page: one page dirtied instead of two (and one full-page image
+-- after a checkpoint instead of two), a smaller WAL record, no free-space-map
+-- search or relation extension. With fillfactor 100, pages filled by inserts
+-- had no room, and every update moved the row to another page.
+--
+-- Measured on 2 cores, fsync on, a bare fetch-and-complete loop over 100,000
+-- pre-enqueued jobs (4 loops, batches of 1,000), 3 runs each, same hour:
+-- fillfactor 100: 59,600 / 61,100 / 61,700 jobs/s; 70: 61,200-62,400;
+-- 50: 64,700-67,800; 30: 69,500-72,400. The cost is space: inserts fill a
+-- page only to half, so a table of kept, finished jobs takes about twice the
+-- pages. 50 takes most of the gain for half the space of 30.
+--
+-- Only pages written from now on follow it; existing rows stay where they are.
+alter table conveyor_jobs set (fillfactor = 50);
