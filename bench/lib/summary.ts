@@ -235,6 +235,9 @@ export const PEERS: SystemId[] = [
   "bullmq-postgres",
 ];
 
+/** The peers that keep their jobs in PostgreSQL, as Conveyor does. */
+export const POSTGRES_PEERS: SystemId[] = ["graphile-worker", "pg-boss", "bullmq-postgres"];
+
 export interface Target {
   name: string;
   goal: string;
@@ -295,6 +298,30 @@ export function targets(runs: RunRecord[], sizes: number[]): Target[] {
       measured: `${fmt(lat.p99, 2)} ms`,
       met: Number.isFinite(lat.p99) ? lat.p99 <= 10 : undefined,
     });
+  }
+  const fast = latencyTable(runs, 1_000);
+  const ours = fast.get("conveyor");
+  if (ours) {
+    for (const q of ["p50", "p99"] as const) {
+      const best = (ids: SystemId[]) =>
+        ids
+          .map((p) => ({ p, v: fast.get(p)?.[q] ?? Number.NaN }))
+          .filter((x) => Number.isFinite(x.v))
+          .sort((a, b) => a.v - b.v)[0];
+      const peer = best(PEERS);
+      const onPostgres = best(POSTGRES_PEERS);
+      out.push({
+        name: `latency at 1,000 jobs/s, ${q}, vs best peer`,
+        goal: "≤ best peer",
+        measured: peer
+          ? `${fmt(ours[q], 2)} ms vs ${fmt(peer.v, 2)} ms (${peer.p})` +
+            (onPostgres && onPostgres.p !== peer.p
+              ? `; best on PostgreSQL ${fmt(onPostgres.v, 2)} ms (${onPostgres.p})`
+              : "")
+          : "n/a",
+        met: peer && Number.isFinite(ours[q]) ? ours[q] <= peer.v : undefined,
+      });
+    }
   }
   const sc = scaleFigure(runs);
   if (sc) {
