@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import path from "node:path";
+import type { Pool } from "../src/db/db.ts";
 import { onLocalWake, parseWake, senderTag, wakeAfterCommit, wakesSent } from "../src/db/wake.ts";
 import { enqueue } from "../src/enqueue.ts";
 import { silentLogger } from "../src/logger.ts";
@@ -27,6 +28,19 @@ async function until(pred: () => boolean | Promise<boolean>, ms = 5_000) {
     await Bun.sleep(10);
   }
   throw new Error("condition not met in time");
+}
+
+/** A worker for one queue that only notifications (or local wake-ups) can wake: its poll is a minute. */
+function idleWorker(sql: Pool, queue: string) {
+  let ran = 0;
+  const worker = createWorker({
+    sql,
+    queues: { [queue]: { concurrency: 5 } },
+    handlers: { k: () => void ran++ },
+    pollIntervalMs: 60_000,
+    logger: silentLogger,
+  });
+  return { worker, ran: () => ran };
 }
 
 describe("wake-ups", () => {
@@ -85,14 +99,7 @@ describe("wake-ups", () => {
   test("a worker skips the notification of its own process's enqueue: one fetch per job", async () => {
     const q = "w-self";
     const counted = await countingPool(db, /set state = 'running'/, { max: 5 });
-    let ran = 0;
-    const w = createWorker({
-      sql: counted.sql,
-      queues: { [q]: { concurrency: 5 } },
-      handlers: { k: () => void ran++ },
-      pollIntervalMs: 60_000,
-      logger: silentLogger,
-    });
+    const { worker: w, ran } = idleWorker(counted.sql, q);
     await w.start();
     try {
       await until(() => counted.sent() >= 1); // the first fetch, at start
@@ -100,7 +107,7 @@ describe("wake-ups", () => {
       for (let i = 1; i <= 3; i++) {
         const before = counted.sent();
         await enqueue(db.sql, { queue: q, kind: "k" });
-        await until(() => ran === i);
+        await until(() => ran() === i);
         await wakesSent(db.sql);
         await Bun.sleep(150); // long enough for the notification to arrive and be acted on
         expect(counted.sent() - before).toBe(1);
@@ -113,14 +120,7 @@ describe("wake-ups", () => {
 
   test("an enqueue from another process wakes an idle worker through NOTIFY", async () => {
     const q = "w-remote";
-    let ran = 0;
-    const w = createWorker({
-      sql: db.connect(),
-      queues: { [q]: { concurrency: 5 } },
-      handlers: { k: () => void ran++ },
-      pollIntervalMs: 60_000,
-      logger: silentLogger,
-    });
+    const { worker: w, ran } = idleWorker(db.connect(), q);
     await w.start();
     try {
       await Bun.sleep(300); // first fetch done, LISTEN up
@@ -137,7 +137,7 @@ describe("wake-ups", () => {
       });
       expect(await child.exited).toBe(0);
       // Long before the 60 s poll.
-      await until(() => ran === 1, 5_000);
+      await until(() => ran() === 1, 5_000);
     } finally {
       await w.stop();
     }

@@ -39,9 +39,11 @@ function databaseKey(pool: Pool): string {
   return `${o.user}@${o.host.join(",")}:${o.port.join(",")}/${o.database}`;
 }
 
-/** Names this process and database in a notification's payload. */
+const tagFor = (key: string) => `${PROCESS_TAG}.${Bun.hash(key).toString(36)}`;
+
+/** Names this process and the pool's database in a notification's payload. */
 export function senderTag(pool: Pool): string {
-  return `${PROCESS_TAG}.${Bun.hash(databaseKey(pool)).toString(36)}`;
+  return tagFor(databaseKey(pool));
 }
 
 /**
@@ -80,7 +82,8 @@ export function isPool(db: Db): db is Pool {
 }
 
 /**
- * Notifies these queues now. In a caller's transaction the notification is
+ * Notifies these queues now (each payload a queue name, optionally followed
+ * by a sender's tag). In a caller's transaction the notification is
  * delivered when it commits. On a pool the statement is a transaction of its
  * own, committed without waiting for its WAL flush (synchronous_commit off
  * for that transaction only): it changes no data, so a crash can lose nothing
@@ -88,11 +91,7 @@ export function isPool(db: Db): db is Pool {
  * (above) for microseconds instead of a disk flush. Postgres gives a notifying
  * transaction an XID, so with the default it would wait for a flush.
  */
-export function notifyQueues(db: Db, queues: Iterable<string>): Promise<void> {
-  return notifyPayloads(db, queues);
-}
-
-async function notifyPayloads(db: Db, payloads: Iterable<string>): Promise<void> {
+export async function notifyQueues(db: Db, payloads: Iterable<string>): Promise<void> {
   const list = [...new Set(payloads)];
   if (list.length === 0) return;
   if (isPool(db)) {
@@ -105,6 +104,9 @@ async function notifyPayloads(db: Db, payloads: Iterable<string>): Promise<void>
 }
 
 interface Waker {
+  /** This pool's database, as localListeners keys it, and its sender tag. */
+  key: string;
+  tag: string;
   pending: Set<string>;
   /** The flush loop, while one runs. */
   flushing: Promise<void> | undefined;
@@ -122,23 +124,23 @@ const wakers = new WeakMap<Pool, Waker>();
 export function wakeAfterCommit(pool: Pool, queues: Iterable<string>): void {
   let w = wakers.get(pool);
   if (!w) {
-    w = { pending: new Set(), flushing: undefined };
+    const key = databaseKey(pool);
+    w = { key, tag: tagFor(key), pending: new Set(), flushing: undefined };
     wakers.set(pool, w);
   }
-  const listeners = localListeners.get(databaseKey(pool));
+  const listeners = localListeners.get(w.key);
   for (const q of queues) {
     w.pending.add(q);
     if (listeners) for (const fn of listeners) fn(q);
   }
   if (w.pending.size === 0 || w.flushing) return;
   const waker = w;
-  const tag = senderTag(pool);
   waker.flushing = (async () => {
     try {
       while (waker.pending.size > 0) {
-        const batch = [...waker.pending].map((q) => `${q} ${tag}`);
+        const batch = [...waker.pending].map((q) => `${q} ${waker.tag}`);
         waker.pending.clear();
-        await notifyPayloads(pool, batch).catch(() => {});
+        await notifyQueues(pool, batch).catch(() => {});
       }
     } finally {
       waker.flushing = undefined;
