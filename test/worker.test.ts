@@ -4,7 +4,7 @@ import { enqueue, enqueueMany } from "../src/enqueue.ts";
 import { JobTimeoutError } from "../src/errors.ts";
 import { cancel, snooze } from "../src/handler.ts";
 import { silentLogger } from "../src/logger.ts";
-import { createWorker, type WorkerOptions } from "../src/worker/worker.ts";
+import { createWorker, MAX_FETCH_BATCH, type WorkerOptions } from "../src/worker/worker.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
@@ -319,6 +319,13 @@ describe("worker", () => {
     expect(() =>
       createWorker({ sql: db.sql, queues: { q: { concurrency: 0 } }, handlers: { k: () => {} } }),
     ).toThrow(/worker\.queues\.q\.concurrency/);
+    expect(() =>
+      createWorker({
+        sql: db.sql,
+        queues: { q: { concurrency: 5_000, fetchBatch: MAX_FETCH_BATCH + 1 } },
+        handlers: { k: () => {} },
+      }),
+    ).toThrow(/worker\.queues\.q\.fetchBatch/);
     expect(() =>
       createWorker({ sql: db.sql, queues: { "bad queue": {} }, handlers: { k: () => {} } }),
     ).toThrow(/worker\.queues/);

@@ -28,7 +28,16 @@ export const DEFAULT_POLL_INTERVAL_MS = 1_000;
 export const DEFAULT_GRACE_MS = 10_000;
 export const DEFAULT_EFFECT_BATCH = 50;
 export const DEFAULT_EFFECT_CONCURRENCY = 4;
-export const MAX_FETCH_BATCH = 500;
+/**
+ * Jobs leased per fetch, by default min(concurrency, DEFAULT_FETCH_BATCH).
+ * Bigger fetches cost fewer statements per job: at 10,000 and 100,000 no-op
+ * jobs, concurrency 1,000 with fetches of 1,000 ran 13-17% faster than with
+ * fetches of 500 (2 cores, fsync on, same hour); 2,000 was no better than
+ * 1,000. The cap keeps one fetch's reply and its completion statement to a
+ * few hundred kilobytes.
+ */
+export const DEFAULT_FETCH_BATCH = 1_000;
+export const MAX_FETCH_BATCH = 2_000;
 /** After the grace period, how long stop() waits for outcomes already produced to be written. */
 export const FINAL_FLUSH_MS = 10_000;
 
@@ -45,7 +54,7 @@ export const backoffSchema = z
 export const queueOptionsSchema = z
   .object({
     concurrency: z.number().int().min(1).max(10_000).default(DEFAULT_CONCURRENCY),
-    /** Jobs leased per round trip; default min(concurrency, 500). */
+    /** Jobs leased per round trip; default min(concurrency, DEFAULT_FETCH_BATCH). */
     fetchBatch: z.number().int().min(1).max(MAX_FETCH_BATCH).optional(),
     leaseMs: z.number().int().min(100).max(86_400_000).default(DEFAULT_LEASE_MS),
     /** Retry delays for this queue; overrides the worker's, overridden by a kind's. */
@@ -181,7 +190,7 @@ export function createWorker(options: WorkerOptions): Worker {
         owner,
         kinds,
         concurrency: q.concurrency,
-        fetchBatch: q.fetchBatch ?? Math.min(q.concurrency, MAX_FETCH_BATCH),
+        fetchBatch: q.fetchBatch ?? Math.min(q.concurrency, DEFAULT_FETCH_BATCH),
         leaseMs: q.leaseMs,
         pollIntervalMs: o.pollIntervalMs,
         execute,
