@@ -14,6 +14,7 @@ import { enqueue } from "./enqueue.ts";
 import { ConfigError, ConveyorError, PluginLoadError } from "./errors.ts";
 import type { JsonValue } from "./json.ts";
 import type { LogLevel } from "./logger.ts";
+import { DEFAULT_FETCH_BATCH } from "./worker/worker.ts";
 
 export const VERSION: string = pkg.version;
 
@@ -267,10 +268,20 @@ export function describePlan(cfg: DaemonConfig, plan: Plan, roles: ReadonlySet<R
   lines.push("", `queues (${plan.queues.length})`);
   lines.push(
     table([
-      ["queue", "concurrency", "lease_ms", "max_attempts", "priority", "paused", "from"],
+      [
+        "queue",
+        "concurrency",
+        "fetch_batch",
+        "lease_ms",
+        "max_attempts",
+        "priority",
+        "paused",
+        "from",
+      ],
       ...plan.queues.map((q) => [
         q.name,
         String(q.concurrency),
+        String(q.fetchBatch ?? Math.min(q.concurrency, DEFAULT_FETCH_BATCH)),
         String(q.leaseMs),
         String(q.maxAttempts),
         String(q.priority),

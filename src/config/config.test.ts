@@ -201,6 +201,7 @@ describe("config", () => {
     const c = load("[queues.a]\nconcurrency = 2\npaused = true\nbackoff_max_ms = 5000\n");
     expect(c.queues.a).toMatchObject({
       concurrency: 2,
+      fetchBatch: undefined,
       paused: true,
       backoff: { baseMs: 1000, maxMs: 5000 },
       maxAttempts: 25,
@@ -208,6 +209,10 @@ describe("config", () => {
     });
     const e = configError(() => load("[queues.a]\nbackoff_base_ms = 9000\nbackoff_max_ms = 10\n"));
     expect(e.path).toBe("queues.a.backoff_base_ms");
+    expect(load("[queues.a]\nfetch_batch = 250\n").queues.a?.fetchBatch).toBe(250);
+    const big = configError(() => load("[queues.a]\nconcurrency = 5000\nfetch_batch = 2001\n"));
+    expect(big.path).toBe("queues.a.fetch_batch");
+    expect(big.message).toContain("conveyor.toml:3:");
   });
 
   test("loadConfig: an explicit missing file is an error, the default one means defaults", async () => {

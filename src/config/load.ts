@@ -17,6 +17,8 @@ import {
 
 export interface QueueConfig {
   concurrency: number;
+  /** Jobs leased per fetch; undefined: the worker's default, min(concurrency, 1,000). */
+  fetchBatch: number | undefined;
   leaseMs: number;
   maxAttempts: number;
   backoff: { baseMs: number; maxMs: number };
@@ -206,6 +208,7 @@ export function resolveConfig(
   for (const [q, c] of Object.entries(raw.queues)) {
     queues[q] = {
       concurrency: c.concurrency,
+      fetchBatch: c.fetch_batch,
       leaseMs: c.lease_ms,
       maxAttempts: c.max_attempts,
       backoff: { baseMs: c.backoff_base_ms, maxMs: c.backoff_max_ms },

@@ -13,6 +13,7 @@ import {
   DEFAULT_GRACE_MS,
   DEFAULT_LEASE_MS,
   DEFAULT_POLL_INTERVAL_MS,
+  MAX_FETCH_BATCH,
 } from "../worker/worker.ts";
 
 export const DEFAULT_CONFIG_FILE = "conveyor.toml";
@@ -95,6 +96,8 @@ const queueSchema = z
   .object({
     concurrency: int(1, 10_000).default(DEFAULT_CONCURRENCY),
     lease_ms: int(100, DAY_MS).default(DEFAULT_LEASE_MS),
+    /** Absent: min(concurrency, DEFAULT_FETCH_BATCH). */
+    fetch_batch: int(1, MAX_FETCH_BATCH).optional(),
     max_attempts: int(1, 1000).default(DEFAULT_MAX_ATTEMPTS),
     backoff_base_ms: int(1, DAY_MS).default(DEFAULT_BACKOFF.baseMs),
     backoff_max_ms: int(1, 30 * DAY_MS).default(DEFAULT_BACKOFF.maxMs),

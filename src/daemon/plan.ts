@@ -15,6 +15,7 @@ import { DEFAULT_CONCURRENCY, DEFAULT_LEASE_MS } from "../worker/worker.ts";
 
 export const DEFAULT_QUEUE_CONFIG: QueueConfig = {
   concurrency: DEFAULT_CONCURRENCY,
+  fetchBatch: undefined,
   leaseMs: DEFAULT_LEASE_MS,
   maxAttempts: DEFAULT_MAX_ATTEMPTS,
   backoff: { baseMs: DEFAULT_BACKOFF.baseMs, maxMs: DEFAULT_BACKOFF.maxMs },

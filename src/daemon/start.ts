@@ -160,7 +160,12 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
             queues: Object.fromEntries(
               plan.queues.map((q) => [
                 q.name,
-                { concurrency: q.concurrency, leaseMs: q.leaseMs, backoff: q.backoff },
+                {
+                  concurrency: q.concurrency,
+                  ...(q.fetchBatch === undefined ? {} : { fetchBatch: q.fetchBatch }),
+                  leaseMs: q.leaseMs,
+                  backoff: q.backoff,
+                },
               ]),
             ),
             handlers: plan.handlers,
