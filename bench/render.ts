@@ -104,6 +104,18 @@ function throughputSection(doc: ResultsDoc, phase: "throughput" | "ledger", size
             "Conveyor ÷ bare loop on Conveyor's SQL",
             (t) => conveyor(t) / (t.get("bare-sql-conveyor-schema")?.best?.median ?? Number.NaN),
           ),
+          // What Conveyor's statements allow with no engine around them: the
+          // most any worker pool built on them could reach.
+          ratioRow(
+            "bare loop on Conveyor's SQL ÷ best peer",
+            (t) => (t.get("bare-sql-conveyor-schema")?.best?.median ?? Number.NaN) / bestPeer(t),
+          ),
+          ratioRow(
+            "bare loop on Conveyor's SQL ÷ bare SQL ceiling",
+            (t) =>
+              (t.get("bare-sql-conveyor-schema")?.best?.median ?? Number.NaN) /
+              (t.get("bare-sql")?.best?.median ?? Number.NaN),
+          ),
           ...PEERS.map((p) =>
             ratioRow(
               `Conveyor ÷ ${p}`,
