@@ -14,7 +14,7 @@ import { enqueue } from "./enqueue.ts";
 import { ConfigError, ConveyorError, PluginLoadError } from "./errors.ts";
 import type { JsonValue } from "./json.ts";
 import type { LogLevel } from "./logger.ts";
-import { DEFAULT_FETCH_BATCH } from "./worker/worker.ts";
+import { fetchBatchOf } from "./worker/worker.ts";
 
 export const VERSION: string = pkg.version;
 
@@ -281,7 +281,7 @@ export function describePlan(cfg: DaemonConfig, plan: Plan, roles: ReadonlySet<R
       ...plan.queues.map((q) => [
         q.name,
         String(q.concurrency),
-        String(q.fetchBatch ?? Math.min(q.concurrency, DEFAULT_FETCH_BATCH)),
+        String(fetchBatchOf(q)),
         String(q.leaseMs),
         String(q.maxAttempts),
         String(q.priority),
@@ -325,7 +325,7 @@ async function cmdCheck(args: string[], io: Io): Promise<number> {
           database: cfg.database.url ? { from: cfg.database.source } : { embedded: cfg.embedded },
           api: { host: cfg.api.host, port: cfg.api.port, tokens: cfg.api.tokens.length },
           kinds: plan.plugins.map((p) => ({ kind: p.kind, file: p.file, queue: p.queue ?? null })),
-          queues: plan.queues,
+          queues: plan.queues.map((q) => ({ ...q, fetchBatch: fetchBatchOf(q) })),
           cron: plan.cron,
         },
         null,

@@ -206,6 +206,24 @@ paused = true
   );
 });
 
+test(
+  "check --json shows the fetch size each queue will use",
+  async () => {
+    const { config } = await workspace(
+      `[database]\nurl = "${db.url}"\n[queues.small]\nfetch_batch = 250\n[queues.big]\nconcurrency = 3000\n`,
+      PLUGINS,
+    );
+    const r = await runConveyor(["check", "--json", "--config", config]);
+    expect(r.code).toBe(0);
+    const queues = JSON.parse(r.stdout).queues as { name: string; fetchBatch: number }[];
+    const of = (name: string) => queues.find((q) => q.name === name)?.fetchBatch;
+    expect(of("small")).toBe(250);
+    expect(of("big")).toBe(1_000);
+    expect(of("default")).toBe(10);
+  },
+  T,
+);
+
 describe("start refuses bad config and bad plugins", () => {
   const start = async (toml: string, plugins: Record<string, string> = PLUGINS) => {
     const { config } = await workspace(`[database]\nurl = "${db.url}"\n${toml}`, plugins);

@@ -38,6 +38,11 @@ export const DEFAULT_EFFECT_CONCURRENCY = 4;
  */
 export const DEFAULT_FETCH_BATCH = 1_000;
 export const MAX_FETCH_BATCH = 2_000;
+
+/** The jobs one fetch leases: the queue's fetchBatch, else min(concurrency, DEFAULT_FETCH_BATCH). */
+export function fetchBatchOf(q: { concurrency: number; fetchBatch?: number | undefined }): number {
+  return q.fetchBatch ?? Math.min(q.concurrency, DEFAULT_FETCH_BATCH);
+}
 /** After the grace period, how long stop() waits for outcomes already produced to be written. */
 export const FINAL_FLUSH_MS = 10_000;
 
@@ -190,7 +195,7 @@ export function createWorker(options: WorkerOptions): Worker {
         owner,
         kinds,
         concurrency: q.concurrency,
-        fetchBatch: q.fetchBatch ?? Math.min(q.concurrency, DEFAULT_FETCH_BATCH),
+        fetchBatch: fetchBatchOf(q),
         leaseMs: q.leaseMs,
         pollIntervalMs: o.pollIntervalMs,
         execute,
