@@ -1,5 +1,6 @@
 // The producer's fetch scheduling, observed on the wire.
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import fc from "fast-check";
 import postgres from "postgres";
 import { enqueueMany } from "../src/enqueue.ts";
 import { createEvents } from "../src/events.ts";
@@ -79,3 +80,70 @@ test("after a failed fetch the producer waits for its backoff before the next", 
   // The first fetch failed; the retry is due after 700-1,300 ms.
   expect(errors).toBe(1);
 });
+
+test("any concurrency, fetch size and backlog: each job leased once, at most fetchBatch per fetch, at most concurrency running", async () => {
+  let run = 0;
+  await fc.assert(
+    fc.asyncProperty(
+      fc.integer({ min: 1, max: 60 }),
+      fc.integer({ min: 1, max: 40 }),
+      fc.integer({ min: 0, max: 150 }),
+      fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 8 }),
+      async (concurrency, fetchBatch, n, delays) => {
+        const queue = `prop-${run++}`;
+        if (n > 0) {
+          await enqueueMany(
+            db.sql,
+            Array.from({ length: n }, (_, i) => ({ queue, kind: "k", payload: { i } })),
+          );
+        }
+        const seen: string[] = [];
+        let active = 0;
+        let maxActive = 0;
+        let allSeen!: () => void;
+        const done = new Promise<void>((r) => (allSeen = r));
+        if (n === 0) allSeen();
+        const producer = createProducer({
+          sql: db.sql,
+          queue,
+          owner: "W",
+          kinds: ["k"],
+          concurrency,
+          fetchBatch,
+          leaseMs: 30_000,
+          pollIntervalMs: 60_000,
+          execute: async (row, _leaseMs, handlerDone) => {
+            active++;
+            maxActive = Math.max(maxActive, active);
+            seen.push(row.id);
+            await Bun.sleep(delays[seen.length % delays.length] ?? 0);
+            active--;
+            handlerDone();
+            if (seen.length === n) allSeen();
+          },
+          logger: silentLogger,
+          events: createEvents(),
+        });
+        producer.start();
+        try {
+          await done;
+        } finally {
+          await producer.stop();
+        }
+        expect(new Set(seen).size).toBe(n);
+        expect(seen.length).toBe(n);
+        expect(maxActive).toBeLessThanOrEqual(concurrency);
+        // One fetch statement, one transaction: its rows share attempted_at = now().
+        const groups = await db.sql<{ size: number; versions: string }[]>`
+          select count(*)::int as size, string_agg(distinct lease_version::text, ',') as versions
+            from conveyor_jobs where queue = ${queue} group by attempted_at`;
+        for (const g of groups) {
+          expect(g.size).toBeLessThanOrEqual(Math.min(fetchBatch, concurrency));
+          expect(g.versions).toBe("1");
+        }
+        expect(groups.reduce((a, g) => a + g.size, 0)).toBe(n);
+      },
+    ),
+    { numRuns: 15 },
+  );
+}, 60_000);
