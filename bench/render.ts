@@ -74,54 +74,42 @@ function throughputSection(doc: ResultsDoc, phase: "throughput" | "ledger", size
   ]);
   const out = [table(["system", ...sizes.map((n) => `N = ${n0(n)}`)], rows)];
   if (phase === "throughput") {
-    const ratioRow = (
-      name: string,
-      of: (t: Map<SystemId, { best?: { median: number } }>) => number,
-    ) => [
+    type Medians = Map<SystemId, { best?: { median: number } }>;
+    /** The median of a system's best setting at one size; NaN when it has none. */
+    const m = (t: Medians, id: SystemId) => t.get(id)?.best?.median ?? Number.NaN;
+    const bestPeer = (t: Medians) => {
+      const vs = PEERS.map((p) => m(t, p)).filter(Number.isFinite);
+      return vs.length ? Math.max(...vs) : Number.NaN;
+    };
+    const ratioRow = (name: string, of: (t: Medians) => number) => [
       name,
       ...tables.map(({ t }) => {
         const v = of(t);
         return Number.isFinite(v) ? `${round(v, 2)}×` : "–";
       }),
     ];
-    const conveyor = (t: Map<SystemId, { best?: { median: number } }>) =>
-      t.get("conveyor")?.best?.median ?? Number.NaN;
-    const bestPeer = (t: Map<SystemId, { best?: { median: number } }>) => {
-      const vs = PEERS.map((p) => t.get(p)?.best?.median ?? Number.NaN).filter(Number.isFinite);
-      return vs.length ? Math.max(...vs) : Number.NaN;
-    };
     out.push(
       "",
       table(
         ["ratio (same run)", ...sizes.map((n) => `N = ${n0(n)}`)],
         [
-          ratioRow("Conveyor ÷ best peer", (t) => conveyor(t) / bestPeer(t)),
-          ratioRow(
-            "Conveyor ÷ bare SQL ceiling",
-            (t) => conveyor(t) / (t.get("bare-sql")?.best?.median ?? Number.NaN),
-          ),
+          ratioRow("Conveyor ÷ best peer", (t) => m(t, "conveyor") / bestPeer(t)),
+          ratioRow("Conveyor ÷ bare SQL ceiling", (t) => m(t, "conveyor") / m(t, "bare-sql")),
           ratioRow(
             "Conveyor ÷ bare loop on Conveyor's SQL",
-            (t) => conveyor(t) / (t.get("bare-sql-conveyor-schema")?.best?.median ?? Number.NaN),
+            (t) => m(t, "conveyor") / m(t, "bare-sql-conveyor-schema"),
           ),
           // What Conveyor's statements allow with no engine around them: the
           // most any worker pool built on them could reach.
           ratioRow(
             "bare loop on Conveyor's SQL ÷ best peer",
-            (t) => (t.get("bare-sql-conveyor-schema")?.best?.median ?? Number.NaN) / bestPeer(t),
+            (t) => m(t, "bare-sql-conveyor-schema") / bestPeer(t),
           ),
           ratioRow(
             "bare loop on Conveyor's SQL ÷ bare SQL ceiling",
-            (t) =>
-              (t.get("bare-sql-conveyor-schema")?.best?.median ?? Number.NaN) /
-              (t.get("bare-sql")?.best?.median ?? Number.NaN),
+            (t) => m(t, "bare-sql-conveyor-schema") / m(t, "bare-sql"),
           ),
-          ...PEERS.map((p) =>
-            ratioRow(
-              `Conveyor ÷ ${p}`,
-              (t) => conveyor(t) / (t.get(p)?.best?.median ?? Number.NaN),
-            ),
-          ),
+          ...PEERS.map((p) => ratioRow(`Conveyor ÷ ${p}`, (t) => m(t, "conveyor") / m(t, p))),
         ],
       ),
     );

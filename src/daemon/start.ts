@@ -17,7 +17,7 @@ import { loadPlugins } from "../plugins/load.ts";
 import type { Loop } from "../worker/loop.ts";
 import { createPruner } from "../worker/pruner.ts";
 import { createReaper } from "../worker/reaper.ts";
-import { createWorker, type Worker } from "../worker/worker.ts";
+import { createWorker, fetchBatchOf, type Worker } from "../worker/worker.ts";
 import { type Database, openDatabase } from "./database.ts";
 import { serveApi } from "./http.ts";
 import { logJobEvents } from "./job-log.ts";
@@ -162,7 +162,7 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
                 q.name,
                 {
                   concurrency: q.concurrency,
-                  ...(q.fetchBatch === undefined ? {} : { fetchBatch: q.fetchBatch }),
+                  fetchBatch: fetchBatchOf(q),
                   leaseMs: q.leaseMs,
                   backoff: q.backoff,
                 },
