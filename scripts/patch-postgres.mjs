@@ -1,4 +1,4 @@
-// Patches postgres.js (3.4.x) after install. Two edits, each idempotent, each
+// Patches postgres.js (3.4.x) after install. Three edits, each idempotent, each
 // failing loudly if the code it patches has changed, so an upgrade cannot
 // silently drop one.
 //
@@ -14,7 +14,16 @@
 // pending queries with CONNECTION_CLOSED, and closed() drops the buffered
 // bytes and the timer of the socket it lost.
 //
-// 2. index.js, a round trip: `tx.savepoint(fn)` waited for SAVEPOINT's reply
+// 2. connection.js, a bug: the array-type fetch (fetch_types, the first
+// statement of every new connection) is an async function whose promise
+// ReadyForQuery drops. A connection reset during it rejects the caller's
+// query (as it should) and also that dropped promise, which surfaces as an
+// unhandled rejection (upstream porsager/postgres#1192, #1205, #1223). A
+// fault-suite daemon logged one whenever the nemesis reset a connection it
+// was opening. The patch handles the promise: the connection's own error path
+// has already rejected or retried the caller's query.
+//
+// 3. index.js, a round trip: `tx.savepoint(fn)` waited for SAVEPOINT's reply
 // before calling fn, so every savepoint cost a round trip of its own. The
 // patch sends SAVEPOINT and lets fn's first statement follow it on the wire
 // (the connection runs them in order; an error of SAVEPOINT is the scope's
@@ -51,6 +60,17 @@ const patches = [
       {
         from: "    clearImmediate(nextWriteTimer)\n    socket.removeListener('data', data)\n    socket.removeListener('connect', connected)\n    idleTimer.cancel()",
         to: "    clearImmediate(nextWriteTimer)\n    chunk = nextWriteTimer = null\n    socket.removeListener('data', data)\n    socket.removeListener('connect', connected)\n    idleTimer.cancel()",
+      },
+    ],
+  },
+  {
+    name: "handled array-type fetch",
+    file: "connection.js",
+    mark: "/* conveyor: handled array-type fetch */",
+    edits: (mark) => [
+      {
+        from: "        return fetchArrayTypes()\n",
+        to: `        ${mark}\n        return fetchArrayTypes().catch(noop)\n`,
       },
     ],
   },

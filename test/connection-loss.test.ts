@@ -50,3 +50,27 @@ test("a worker whose connections keep being terminated finishes every job afterw
   // The patched write path settles by rejecting, never by throwing.
   expect(err).not.toContain("evaluating 'socket.write'");
 }, 90_000);
+
+test("a connection reset while postgres.js fetches array types fails one query and leaves no unhandled rejection", async () => {
+  const child = Bun.spawn(
+    [process.execPath, path.join(import.meta.dir, "fixtures", "type-fetch-reset-child.ts"), db.url],
+    { stdout: "pipe", stderr: "pipe", timeout: 30_000 },
+  );
+  const [out, err] = await Promise.all([
+    new Response(child.stdout).text(),
+    new Response(child.stderr).text(),
+    child.exited,
+  ]);
+  const line = out.split("\n").find((l) => l.startsWith("{"));
+  if (!line) throw new Error(`child printed no summary; stderr: ${err.slice(-2000)}`);
+  const r = JSON.parse(line) as {
+    resets: number;
+    first: { ok?: unknown; error?: string };
+    second: { ok?: unknown; error?: string };
+    unhandled: number;
+  };
+  expect(r.resets).toBe(1); // the reset really hit the type fetch
+  expect(r.first.error).toBe("ECONNRESET"); // the caller hears of it
+  expect(r.second.ok).toEqual([1, 2]); // the next connection fetched the types
+  expect(r.unhandled).toBe(0); // scripts/patch-postgres.mjs: nothing escapes
+}, 40_000);
