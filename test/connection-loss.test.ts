@@ -11,6 +11,12 @@
 // withDeadline); that scenario (npm run test:fault) is their regression test.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import path from "node:path";
+import postgres from "postgres";
+import { enqueue } from "../src/enqueue.ts";
+import { cancel, snooze } from "../src/handler.ts";
+import type { Logger } from "../src/logger.ts";
+import { createWorker } from "../src/worker/worker.ts";
+import { startResetProxy } from "./fixtures/reset-proxy.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
@@ -74,3 +80,89 @@ test("a connection reset while postgres.js fetches array types fails one query a
   expect(r.second.ok).toEqual([1, 2]); // the next connection fetched the types
   expect(r.unhandled).toBe(0); // scripts/patch-postgres.mjs: nothing escapes
 }, 40_000);
+
+/** Records warnings and errors by message. */
+function recordingLogger(lines: string[]): Logger {
+  const logger: Logger = {
+    debug() {},
+    info() {},
+    warn: (msg) => void lines.push(msg),
+    error: (msg) => void lines.push(msg),
+    child: () => logger,
+  };
+  return logger;
+}
+
+// Each outcome write, reset before its statement reached Postgres ("before")
+// or after it committed, with the reply lost ("after"). Either way the worker
+// retries the write, recognises a try that committed, and the job moves on at
+// once: the lease (60 s) never has to expire.
+const OUTCOMES = {
+  fail: {
+    sql: "discard boolean",
+    first: () => Promise.reject(new Error("boom")),
+    errors: 1,
+    event: "job:failed",
+  },
+  snooze: { sql: "max_attempts + 1", first: () => snooze(10), errors: 0, event: "job:snoozed" },
+  cancel: {
+    sql: "'cancelled'",
+    first: () => cancel("not wanted"),
+    errors: 1,
+    event: "job:cancelled",
+  },
+} as const;
+
+for (const [outcome, o] of Object.entries(OUTCOMES)) {
+  for (const when of ["before", "after"] as const) {
+    test(`a ${outcome} write lost to a reset connection (${when} it ran) is retried and recorded once`, async () => {
+      await db.sql`truncate conveyor_jobs`;
+      const proxy = await startResetProxy(db.url, {
+        match: (chunk) => chunk.includes(o.sql),
+        when,
+      });
+      const pool = postgres(proxy.url, { max: 3, onnotice: () => {} });
+      const lines: string[] = [];
+      const { job } = await enqueue(db.sql, { queue: `retry-${outcome}`, kind: "flaky" });
+      let runs = 0;
+      const worker = createWorker({
+        sql: pool,
+        queues: { [`retry-${outcome}`]: { concurrency: 1, leaseMs: 60_000 } },
+        handlers: { flaky: () => (++runs === 1 ? o.first() : "second run") },
+        backoff: { baseMs: 10, maxMs: 10 },
+        pollIntervalMs: 50,
+        reaper: false,
+        logger: recordingLogger(lines),
+      });
+      const events: string[] = [];
+      for (const e of ["job:failed", "job:snoozed", "job:cancelled", "lease:lost"] as const) {
+        worker.events.on(e, () => void events.push(e));
+      }
+      const started = Date.now();
+      await worker.start();
+      try {
+        const final = outcome === "cancel" ? "cancelled" : "completed";
+        for (;;) {
+          const [row] = await db.sql`select state, errors from conveyor_jobs where id = ${job.id}`;
+          // The rerun may finish before the retried write has told what
+          // happened to the first: wait for both.
+          if (row?.state === final && events.length > 0) {
+            expect(row.errors as unknown[]).toHaveLength(o.errors);
+            break;
+          }
+          if (Date.now() - started > 20_000) throw new Error(`job still ${row?.state}`);
+          await Bun.sleep(20);
+        }
+      } finally {
+        await worker.stop({ graceMs: 1_000 });
+        await pool.end({ timeout: 2 });
+        proxy.close();
+      }
+      expect(proxy.resets).toBe(1); // the fault happened
+      expect(lines).toContain(`${outcome} failed; retrying`);
+      expect(lines.filter((l) => l.startsWith("could not record"))).toEqual([]);
+      expect(events).toEqual([o.event]);
+      expect(runs).toBe(outcome === "cancel" ? 1 : 2);
+    }, 30_000);
+  }
+}

@@ -6,8 +6,10 @@ import { extendLeases, releaseJobs } from "../src/db/lease.ts";
 import {
   cancelLeasedJobs,
   completeJobs,
+  errorRecorded,
   failJobs,
   selectCompletedBy,
+  snoozed,
   snoozeJobs,
 } from "../src/db/outcome.ts";
 import { reapExpiredLeases } from "../src/db/reap.ts";
@@ -108,6 +110,59 @@ describe("a zombie's writes change nothing after its lease was reissued", () => 
     expect([...(await selectCompletedBy(db.sql, "B", [current]))]).toEqual([id]);
     expect((await selectCompletedBy(db.sql, "A", [zombie])).size).toBe(0);
     expect((await selectCompletedBy(db.sql, "A", [current])).size).toBe(0);
+  });
+
+  test("after an unknown outcome, our own committed fail or cancel is recognised by its error", async () => {
+    const { id, current } = await reissued("unknown-fail");
+    const mine = { attempt: 2, at: new Date().toISOString(), name: "Error", message: "boom" };
+    // The reaper recorded attempt 1's LeaseExpired error; that is not ours.
+    expect(await errorRecorded(db.sql, id, mine)).toBe(false);
+    expect((await failJobs(db.sql, "B", [{ ...current, error: mine, retryDelayMs: 0 }])).size).toBe(
+      1,
+    );
+    // A retry matches 0 rows; the error it would have written is already there.
+    expect((await failJobs(db.sql, "B", [{ ...current, error: mine, retryDelayMs: 0 }])).size).toBe(
+      0,
+    );
+    expect(await errorRecorded(db.sql, id, mine)).toBe(true);
+    // Another error of the same attempt (another try's time) is not.
+    expect(await errorRecorded(db.sql, id, { ...mine, at: new Date(0).toISOString() })).toBe(false);
+    const row = await snapshot(id);
+    expect(row?.errors).toHaveLength(2); // LeaseExpired, then ours, once
+
+    const c = await reissued("unknown-cancel");
+    const reason = { ...mine, name: "Cancelled", message: "no longer wanted" };
+    expect((await cancelLeasedJobs(db.sql, "B", [{ ...c.current, error: reason }])).size).toBe(1);
+    expect((await cancelLeasedJobs(db.sql, "B", [{ ...c.current, error: reason }])).size).toBe(0);
+    expect(await errorRecorded(db.sql, c.id, reason)).toBe(true);
+  });
+
+  test("after an unknown outcome, our own committed snooze is told apart from a reaped lease", async () => {
+    const { id, zombie, current } = await reissued("unknown-snooze");
+    // A's lease (attempt 1) was reaped, and B leased the job again: over, but not by a snooze.
+    expect(await snoozed(db.sql, zombie, 1)).toBe(false);
+    expect(await snoozed(db.sql, current, 2)).toBe(false); // B still holds it
+    expect((await snoozeJobs(db.sql, "B", [{ ...current, delayMs: 0 }])).size).toBe(1);
+    expect((await snoozeJobs(db.sql, "B", [{ ...current, delayMs: 0 }])).size).toBe(0);
+    expect(await snoozed(db.sql, current, 2)).toBe(true);
+    // Still recognised once the snoozed job was leased again (by anyone).
+    const [again] = await fetchJobs(db.sql, {
+      queue: "unknown-snooze",
+      owner: "C",
+      limit: 1,
+      leaseMs: 30_000,
+      kinds: ["k"],
+    });
+    expect(again?.lease_version).toBe("3");
+    expect(await snoozed(db.sql, current, 2)).toBe(true);
+    expect(await snoozed(db.sql, zombie, 1)).toBe(false);
+    expect(await snapshot(id)).toMatchObject({ state: "running", lease_owner: "C" });
+
+    // Reaped while B held it: over, and not by B's snooze.
+    await db.sql`update conveyor_jobs set state = 'completed', lease_expires_at = null where id = ${id}`;
+    const r = await reissued("reaped-not-snoozed");
+    expect((await reapExpiredLeases(db.sql, { limit: 10, now: future() })).length).toBe(1);
+    expect(await snoozed(db.sql, r.current, 2)).toBe(false);
   });
 
   test("a batch applies the live rows and rejects only the stale ones", async () => {

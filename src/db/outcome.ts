@@ -148,6 +148,39 @@ export async function selectCompletedBy(
 }
 
 /**
+ * Whether this attempt error is in the job's errors. A fail or cancel write
+ * appends exactly one such object, unique by its attempt and time, so after a
+ * retry matched 0 rows, an earlier try committed (its reply lost) exactly
+ * when its error is there: whatever happened to the job since.
+ */
+export async function errorRecorded(db: Db, id: string, error: AttemptError): Promise<boolean> {
+  const rows = await db`
+    select 1 from conveyor_jobs
+     where id = ${id} and errors @> jsonb_build_array(${JSON.stringify(error)}::text::jsonb)`;
+  return rows.length > 0;
+}
+
+/**
+ * Whether an earlier try of a snooze committed, after a retry matched 0 rows.
+ * The lease (id, version) is over: the job is no longer 'running' under it,
+ * or was leased again since (a higher version). A lease ends without its
+ * holder's write only when the reaper takes it, and the reaper records a
+ * LeaseExpired error for that attempt (attempts and version both grow by one
+ * per lease); a snooze records none. So the snooze committed exactly when the
+ * lease is over and no such error is there.
+ */
+export async function snoozed(db: Db, lease: Lease, attempt: number): Promise<boolean> {
+  const rows = await db`
+    select 1 from conveyor_jobs j
+     where j.id = ${lease.id}
+       and (j.lease_version > ${lease.version}
+            or (j.lease_version = ${lease.version} and j.state <> 'running'))
+       and not j.errors @> jsonb_build_array(
+             jsonb_build_object('attempt', ${attempt}::int, 'name', 'LeaseExpired'))`;
+  return rows.length > 0;
+}
+
+/**
  * Locks the rows of leases this owner still holds (FOR UPDATE) and returns
  * their ids: the fence of a shared effect transaction, taken before any
  * handler's effect runs. Once locked, nobody else can change the rows until

@@ -12,7 +12,7 @@ import type { Pool } from "../db/db.ts";
 import type { Completion } from "../db/outcome.ts";
 import { completeJobs, selectCompletedBy } from "../db/outcome.ts";
 import type { Logger } from "../logger.ts";
-import { nextTurn, withDeadline } from "./loop.ts";
+import { nextTurn, OUTCOME_RETRY_DELAYS_MS, withDeadline } from "./loop.ts";
 
 export const COMPLETER_MAX_BATCH = 2_000;
 /**
@@ -21,7 +21,6 @@ export const COMPLETER_MAX_BATCH = 2_000;
  * take 15-20 ms here, and fetching waited behind it (back-pressure).
  */
 export const COMPLETER_CONCURRENCY = 2;
-const RETRY_DELAYS_MS = [50, 200, 1_000, 3_000];
 
 export interface Completer {
   /** Resolves true when committed, false when the lease was lost (nothing written). */
@@ -47,7 +46,7 @@ export function createCompleter(
 
   const writeBatch = async (batch: Waiting[]) => {
     let lastError: unknown;
-    for (let attempt = 0; attempt <= RETRY_DELAYS_MS.length; attempt++) {
+    for (let attempt = 0; attempt <= OUTCOME_RETRY_DELAYS_MS.length; attempt++) {
       try {
         // Safe to retry after an unknown outcome: if the first try committed,
         // the guard (state = 'running') now rejects the row, and
@@ -75,7 +74,7 @@ export function createCompleter(
       } catch (error) {
         lastError = error;
         logger.warn("completion batch failed; retrying", { error, size: batch.length, attempt });
-        const delay = RETRY_DELAYS_MS[attempt];
+        const delay = OUTCOME_RETRY_DELAYS_MS[attempt];
         if (delay !== undefined) await Bun.sleep(delay);
       }
     }

@@ -3,10 +3,18 @@
 //
 // Invariant: every write about the job carries (owner, lease version) and the
 // state guard; a write that matches 0 rows is reported as lease:lost and never
-// retried as a different write.
+// retried as a different write. A write whose try failed is retried as the
+// same write (writeFenced), which tells its own earlier commit from a lost lease.
 import type { Pool } from "../db/db.ts";
 import type { LeasedRow } from "../db/fetch.ts";
-import { cancelLeasedJobs, failJobs, selectCompletedBy, snoozeJobs } from "../db/outcome.ts";
+import {
+  cancelLeasedJobs,
+  errorRecorded,
+  failJobs,
+  selectCompletedBy,
+  snoozed,
+  snoozeJobs,
+} from "../db/outcome.ts";
 import {
   ConveyorError,
   JobTimeoutError,
@@ -25,7 +33,7 @@ import { type BackoffPolicy, retryDelayMs } from "../retry.ts";
 import type { Completer } from "./completer.ts";
 import type { EffectRunner } from "./effects.ts";
 import { abortExecution, type Execution, signalOf } from "./execution.ts";
-import { withDeadline } from "./loop.ts";
+import { withDeadline, writeFenced } from "./loop.ts";
 
 export interface ExecutorDeps {
   sql: Pool;
@@ -74,14 +82,20 @@ export function createExecutor(d: ExecutorDeps) {
     const { job } = exec;
     const policy = { ...d.backoff, ...d.queueBackoff.get(job.queue), ...spec?.backoff };
     const delay = retryDelayMs(job.attempts, policy);
-    const states = await withDeadline(
-      failJobs(d.sql, d.owner, [
-        { ...exec.lease, error: attemptError(job, error), retryDelayMs: delay },
-      ]),
-      "fail",
-      d.deadlineMs,
-    );
-    const state = states.get(job.id);
+    const failure = { ...exec.lease, error: attemptError(job, error), retryDelayMs: delay };
+    const state = await writeFenced({
+      what: "fail",
+      write: async () => (await failJobs(d.sql, d.owner, [failure])).get(job.id),
+      // failJobs's own rule, for the state an earlier committed try set.
+      earlier: async () =>
+        (await errorRecorded(d.sql, job.id, failure.error))
+          ? job.attempts >= job.maxAttempts
+            ? "discarded"
+            : "available"
+          : undefined,
+      logger: d.logger,
+      deadlineMs: d.deadlineMs,
+    });
     if (!state) {
       // ctx.transaction may have committed before its reply was lost.
       const ours = await withDeadline(
@@ -152,23 +166,30 @@ export function createExecutor(d: ExecutorDeps) {
       const reason = (outcome as { reason: string }).reason;
       const err = attemptError(job, new ConveyorError(reason));
       err.name = "Cancelled";
-      const ok = await withDeadline(
-        cancelLeasedJobs(d.sql, d.owner, [{ ...lease, error: err }]),
-        "cancel",
-        d.deadlineMs,
-      );
-      if (ok.has(job.id)) d.events.emit("job:cancelled", { job, reason });
+      const ok = await writeFenced({
+        what: "cancel",
+        write: async () =>
+          (await cancelLeasedJobs(d.sql, d.owner, [{ ...lease, error: err }])).has(job.id) ||
+          undefined,
+        earlier: async () => (await errorRecorded(d.sql, job.id, err)) || undefined,
+        logger: d.logger,
+        deadlineMs: d.deadlineMs,
+      });
+      if (ok) d.events.emit("job:cancelled", { job, reason });
       else stale(job, "cancel");
       return;
     }
     if (outcome) {
       const delayMs = (outcome as { delayMs: number }).delayMs;
-      const ok = await withDeadline(
-        snoozeJobs(d.sql, d.owner, [{ ...lease, delayMs }]),
-        "snooze",
-        d.deadlineMs,
-      );
-      if (ok.has(job.id)) d.events.emit("job:snoozed", { job, delayMs });
+      const ok = await writeFenced({
+        what: "snooze",
+        write: async () =>
+          (await snoozeJobs(d.sql, d.owner, [{ ...lease, delayMs }])).has(job.id) || undefined,
+        earlier: async () => (await snoozed(d.sql, lease, job.attempts)) || undefined,
+        logger: d.logger,
+        deadlineMs: d.deadlineMs,
+      });
+      if (ok) d.events.emit("job:snoozed", { job, delayMs });
       else stale(job, "snooze");
       return;
     }

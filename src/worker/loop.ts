@@ -46,6 +46,52 @@ export function withDeadline<T>(
   return Promise.race([Promise.resolve(p), deadline]).finally(() => clearTimeout(timer));
 }
 
+/**
+ * Pauses between the tries of an outcome write whose try failed (a dropped
+ * connection, Postgres restarting): about 4 s in all, far inside a lease,
+ * which the heartbeat keeps extending meanwhile. After the last, the caller
+ * gives up and the lease's expiry makes the job runnable again.
+ */
+export const OUTCOME_RETRY_DELAYS_MS: readonly number[] = [50, 200, 1_000, 3_000];
+
+export interface FencedWrite<T> {
+  /** Names the write in logs and deadline errors. */
+  what: string;
+  /** The fenced write: its result, or undefined when the guard matched nothing. */
+  write: () => Promise<T | undefined>;
+  /**
+   * Asked only after a retry matched nothing: what an earlier try committed,
+   * if one did before its reply was lost; undefined when none did.
+   */
+  earlier: () => Promise<T | undefined>;
+  logger: Logger;
+  deadlineMs?: number | undefined;
+}
+
+/**
+ * Runs a fenced outcome write, retrying it after an error. A retry is safe:
+ * the guard (owner, version, state 'running') rejects the row if an earlier
+ * try committed, and `earlier` then tells that apart from a lost lease.
+ * Resolves undefined for a lost lease; rejects once every try failed.
+ */
+export async function writeFenced<T>(o: FencedWrite<T>): Promise<T | undefined> {
+  let lastError: unknown;
+  for (let attempt = 0; attempt <= OUTCOME_RETRY_DELAYS_MS.length; attempt++) {
+    try {
+      const out = await withDeadline(o.write(), o.what, o.deadlineMs);
+      if (out !== undefined || attempt === 0) return out;
+      return await withDeadline(o.earlier(), `${o.what} check`, o.deadlineMs);
+    } catch (error) {
+      lastError = error;
+      const delay = OUTCOME_RETRY_DELAYS_MS[attempt];
+      if (delay === undefined) break;
+      o.logger.warn(`${o.what} failed; retrying`, { error, attempt, retryInMs: delay });
+      await Bun.sleep(delay);
+    }
+  }
+  throw lastError;
+}
+
 export interface Loop {
   start(signal?: AbortSignal): void;
   /** Idempotent; resolves once a running iteration has finished. */
