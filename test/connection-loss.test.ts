@@ -155,7 +155,7 @@ for (const [outcome, o] of Object.entries(OUTCOMES)) {
         }
       } finally {
         await worker.stop({ graceMs: 1_000 });
-        await pool.end({ timeout: 2 });
+        await pool.end({ timeout: 0.2 }); // a connection the proxy reset may never end on its own
         proxy.close();
       }
       expect(proxy.resets).toBe(1); // the fault happened
@@ -166,3 +166,55 @@ for (const [outcome, o] of Object.entries(OUTCOMES)) {
     }, 30_000);
   }
 }
+
+test("a guarded transaction whose COMMIT reply is lost counts as completed, its effect applied once", async () => {
+  await db.sql`truncate conveyor_jobs`;
+  await db.sql`create table if not exists loss_ledger (job_id bigint not null)`;
+  const proxy = await startResetProxy(db.url, {
+    match: (chunk) => chunk.includes("\0commit\0"), // the COMMIT statement itself
+    when: "after",
+  });
+  const pool = postgres(proxy.url, { max: 3, onnotice: () => {} });
+  const lines: string[] = [];
+  const { job } = await enqueue(db.sql, { queue: "commit-lost", kind: "effect" });
+  let runs = 0;
+  const worker = createWorker({
+    sql: pool,
+    queues: { "commit-lost": { concurrency: 1, leaseMs: 60_000 } },
+    handlers: {
+      effect: async (_p: unknown, ctx) => {
+        runs++;
+        await ctx.transaction((tx) => tx`insert into loss_ledger values (${ctx.job.id})`);
+      },
+    },
+    pollIntervalMs: 50,
+    reaper: false,
+    logger: recordingLogger(lines),
+  });
+  const events: string[] = [];
+  for (const e of ["job:completed", "job:failed", "lease:lost"] as const) {
+    worker.events.on(e, () => void events.push(e));
+  }
+  await worker.start();
+  try {
+    const started = Date.now();
+    while (events.length === 0) {
+      if (Date.now() - started > 20_000)
+        throw new Error(
+          `no outcome reported: ${proxy.resets} resets, ${runs} runs, ${lines.join("; ")}`,
+        );
+      await Bun.sleep(20);
+    }
+  } finally {
+    await worker.stop({ graceMs: 1_000 });
+    await pool.end({ timeout: 0.2 });
+    proxy.close();
+  }
+  expect(proxy.resets).toBe(1); // the COMMIT ran and its reply was lost
+  expect(events).toEqual(["job:completed"]);
+  expect(runs).toBe(1);
+  const [row] = await db.sql`select state, errors from conveyor_jobs where id = ${job.id}`;
+  expect(row).toMatchObject({ state: "completed", errors: [] });
+  const ledger = await db.sql`select job_id from loss_ledger where job_id = ${job.id}`;
+  expect(ledger).toHaveLength(1);
+}, 30_000);

@@ -25,7 +25,7 @@ import {
 import type { Events } from "../events.ts";
 import type { HandlerSpec, JobContext } from "../handler.ts";
 import { outcomeKind, outcomeOf } from "../handler.ts";
-import type { AttemptError, Job } from "../job.ts";
+import type { AttemptError, Job, JobState } from "../job.ts";
 import { jobFromLeasedRow } from "../job.ts";
 import { assertJson, type JsonValue } from "../json.ts";
 import type { Logger } from "../logger.ts";
@@ -33,7 +33,7 @@ import { type BackoffPolicy, retryDelayMs } from "../retry.ts";
 import type { Completer } from "./completer.ts";
 import type { EffectRunner } from "./effects.ts";
 import { abortExecution, type Execution, signalOf } from "./execution.ts";
-import { withDeadline, writeFenced } from "./loop.ts";
+import { writeFenced } from "./loop.ts";
 
 export interface ExecutorDeps {
   sql: Pool;
@@ -83,31 +83,29 @@ export function createExecutor(d: ExecutorDeps) {
     const policy = { ...d.backoff, ...d.queueBackoff.get(job.queue), ...spec?.backoff };
     const delay = retryDelayMs(job.attempts, policy);
     const failure = { ...exec.lease, error: attemptError(job, error), retryDelayMs: delay };
-    const state = await writeFenced({
+    const state = await writeFenced<JobState>({
       what: "fail",
       write: async () => (await failJobs(d.sql, d.owner, [failure])).get(job.id),
-      // failJobs's own rule, for the state an earlier committed try set.
-      earlier: async () =>
-        (await errorRecorded(d.sql, job.id, failure.error))
-          ? job.attempts >= job.maxAttempts
-            ? "discarded"
-            : "available"
-          : undefined,
+      // Even a first try's 0 rows may be ours: ctx.transaction may have
+      // committed the job before its reply was lost, and the handler threw.
+      earlierOnFirstTry: true,
+      earlier: async () => {
+        // failJobs's own rule, for the state an earlier committed try set.
+        if (await errorRecorded(d.sql, job.id, failure.error)) {
+          return job.attempts >= job.maxAttempts ? "discarded" : "available";
+        }
+        const ours = await selectCompletedBy(d.sql, d.owner, [exec.lease]);
+        return ours.has(job.id) ? "completed" : undefined;
+      },
       logger: d.logger,
       deadlineMs: d.deadlineMs,
     });
+    if (state === "completed") {
+      exec.committed = true;
+      d.events.emit("job:completed", { job, durationMs: 0 });
+      return;
+    }
     if (!state) {
-      // ctx.transaction may have committed before its reply was lost.
-      const ours = await withDeadline(
-        selectCompletedBy(d.sql, d.owner, [exec.lease]),
-        "completion check",
-        d.deadlineMs,
-      );
-      if (ours.has(job.id)) {
-        exec.committed = true;
-        d.events.emit("job:completed", { job, durationMs: 0 });
-        return;
-      }
       stale(job, "fail");
       return;
     }

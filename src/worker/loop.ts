@@ -64,6 +64,8 @@ export interface FencedWrite<T> {
    * if one did before its reply was lost; undefined when none did.
    */
   earlier: () => Promise<T | undefined>;
+  /** Ask `earlier` after a first try's 0 rows too: something else may have ended the lease for us. */
+  earlierOnFirstTry?: boolean;
   logger: Logger;
   deadlineMs?: number | undefined;
 }
@@ -79,7 +81,7 @@ export async function writeFenced<T>(o: FencedWrite<T>): Promise<T | undefined> 
   for (let attempt = 0; attempt <= OUTCOME_RETRY_DELAYS_MS.length; attempt++) {
     try {
       const out = await withDeadline(o.write(), o.what, o.deadlineMs);
-      if (out !== undefined || attempt === 0) return out;
+      if (out !== undefined || (attempt === 0 && !o.earlierOnFirstTry)) return out;
       return await withDeadline(o.earlier(), `${o.what} check`, o.deadlineMs);
     } catch (error) {
       lastError = error;
