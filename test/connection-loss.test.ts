@@ -159,7 +159,7 @@ for (const [outcome, o] of Object.entries(OUTCOMES)) {
         proxy.close();
       }
       expect(proxy.resets).toBe(1); // the fault happened
-      expect(lines).toContain(`${outcome} failed; retrying`);
+      expect(lines).toContain(`${outcome} write failed; retrying`);
       expect(lines.filter((l) => l.startsWith("could not record"))).toEqual([]);
       expect(events).toEqual([o.event]);
       expect(runs).toBe(outcome === "cancel" ? 1 : 2);

@@ -84,7 +84,8 @@ export function createExecutor(d: ExecutorDeps) {
     const delay = retryDelayMs(job.attempts, policy);
     const failure = { ...exec.lease, error: attemptError(job, error), retryDelayMs: delay };
     const state = await writeFenced<JobState>({
-      what: "fail",
+      what: "fail write",
+      fields: { jobId: job.id },
       write: async () => (await failJobs(d.sql, d.owner, [failure])).get(job.id),
       // Even a first try's 0 rows may be ours: ctx.transaction may have
       // committed the job before its reply was lost, and the handler threw.
@@ -165,7 +166,8 @@ export function createExecutor(d: ExecutorDeps) {
       const err = attemptError(job, new ConveyorError(reason));
       err.name = "Cancelled";
       const ok = await writeFenced({
-        what: "cancel",
+        what: "cancel write",
+        fields: { jobId: job.id },
         write: async () =>
           (await cancelLeasedJobs(d.sql, d.owner, [{ ...lease, error: err }])).has(job.id) ||
           undefined,
@@ -180,7 +182,8 @@ export function createExecutor(d: ExecutorDeps) {
     if (outcome) {
       const delayMs = (outcome as { delayMs: number }).delayMs;
       const ok = await writeFenced({
-        what: "snooze",
+        what: "snooze write",
+        fields: { jobId: job.id },
         write: async () =>
           (await snoozeJobs(d.sql, d.owner, [{ ...lease, delayMs }])).has(job.id) || undefined,
         earlier: async () => (await snoozed(d.sql, lease, job.attempts)) || undefined,

@@ -57,6 +57,8 @@ export const OUTCOME_RETRY_DELAYS_MS: readonly number[] = [50, 200, 1_000, 3_000
 export interface FencedWrite<T> {
   /** Names the write in logs and deadline errors. */
   what: string;
+  /** Logged with each retry, e.g. the job's id. */
+  fields?: Record<string, unknown>;
   /** The fenced write: its result, or undefined when the guard matched nothing. */
   write: () => Promise<T | undefined>;
   /**
@@ -87,7 +89,12 @@ export async function writeFenced<T>(o: FencedWrite<T>): Promise<T | undefined> 
       lastError = error;
       const delay = OUTCOME_RETRY_DELAYS_MS[attempt];
       if (delay === undefined) break;
-      o.logger.warn(`${o.what} failed; retrying`, { error, attempt, retryInMs: delay });
+      o.logger.warn(`${o.what} failed; retrying`, {
+        ...o.fields,
+        error,
+        attempt,
+        retryInMs: delay,
+      });
       await Bun.sleep(delay);
     }
   }
