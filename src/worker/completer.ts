@@ -73,9 +73,15 @@ export function createCompleter(
         return;
       } catch (error) {
         lastError = error;
-        logger.warn("completion batch failed; retrying", { error, size: batch.length, attempt });
         const delay = OUTCOME_RETRY_DELAYS_MS[attempt];
-        if (delay !== undefined) await Bun.sleep(delay);
+        if (delay === undefined) break;
+        logger.warn("completion batch failed; retrying", {
+          error,
+          size: batch.length,
+          attempt,
+          retryInMs: delay,
+        });
+        await Bun.sleep(delay);
       }
     }
     // Give up: leases expire and the reaper makes the jobs runnable again.
