@@ -151,3 +151,59 @@ test("any concurrency, fetch size and backlog: each job leased once, at most fet
   );
   await sql.end({ timeout: 5 });
 }, 60_000);
+
+test("a producer offers a hand-off only while idle, and stop() waits for one in flight", async () => {
+  const ran: string[] = [];
+  const producer = createProducer({
+    sql: db.sql,
+    queue: "handoff-stop",
+    owner: "W",
+    kinds: ["k"],
+    concurrency: 2,
+    fetchBatch: 2,
+    leaseMs: 30_000,
+    pollIntervalMs: 60_000,
+    execute: async (row, _leaseMs, handlerDone) => {
+      ran.push(row.id);
+      handlerDone();
+    },
+    logger: silentLogger,
+    events: createEvents(),
+  });
+  // Before its first fetch came back short, a producer may have a backlog: no offer.
+  expect(producer.takeHandOff("k")).toBeUndefined();
+  producer.start();
+  await Bun.sleep(100); // the first fetch: nothing there
+  expect(producer.takeHandOff("other-kind")).toBeUndefined();
+  const first = producer.takeHandOff("k");
+  const second = producer.takeHandOff("k");
+  expect(first?.owner).toBe("W");
+  expect(producer.takeHandOff("k")).toBeUndefined(); // both slots reserved
+  second?.release();
+  let stopped = false;
+  const stopping = producer.stop().then(() => {
+    stopped = true;
+  });
+  await Bun.sleep(50);
+  expect(stopped).toBe(false); // the first hand-off's insert has not returned
+  expect(producer.takeHandOff("k")).toBeUndefined(); // stopping: no new offers
+  first?.deliver({
+    id: "42",
+    queue: "handoff-stop",
+    kind: "k",
+    payload: {},
+    priority: 0,
+    attempts: 1,
+    max_attempts: 25,
+    lease_version: "1",
+    idempotency_key: null,
+    traceparent: null,
+    tracestate: null,
+    run_at_ms: 0,
+    created_at_ms: 0,
+    lease_expires_at_ms: 0,
+    errors: null,
+  });
+  await stopping;
+  expect(ran).toEqual(["42"]); // delivered before stop() returned: it ran
+});

@@ -132,6 +132,14 @@ describe("config", () => {
     expect(f.message).toContain("expected a cron pattern");
   });
 
+  test("hand-off: on by default, off by key, and not a string", () => {
+    expect(load("").worker.handOff).toBe(true);
+    expect(load("[worker]\nhand_off = false\n").worker.handOff).toBe(false);
+    const e = configError(() => load('[worker]\nhand_off = "no"\n'));
+    expect(e.path).toBe("worker.hand_off");
+    expect(e.line).toBe(2);
+  });
+
   test("effect sharing: defaults, and a batch beyond the subtransaction cache is refused", () => {
     expect(load("").worker).toMatchObject({ effectBatch: 50, effectConcurrency: 4 });
     expect(load("[worker]\neffect_batch = 1\n").worker.effectBatch).toBe(1);

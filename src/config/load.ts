@@ -63,6 +63,7 @@ export interface DaemonConfig {
     heartbeatMs: number | undefined;
     effectBatch: number;
     effectConcurrency: number;
+    handOff: boolean;
   };
   queues: Record<string, QueueConfig>;
   cron: CronEntryConfig[];
@@ -243,6 +244,7 @@ export function resolveConfig(
       heartbeatMs: raw.worker.heartbeat_ms,
       effectBatch: raw.worker.effect_batch,
       effectConcurrency: raw.worker.effect_concurrency,
+      handOff: raw.worker.hand_off,
     },
     queues,
     cron: raw.cron.map((c) => ({ ...c, queue: c.queue })),

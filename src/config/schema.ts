@@ -89,6 +89,7 @@ const workerSchema = z
     heartbeat_ms: int(10, DAY_MS).optional(),
     effect_batch: int(1, EFFECT_GROUP_MAX).default(DEFAULT_EFFECT_BATCH),
     effect_concurrency: int(1, 64).default(DEFAULT_EFFECT_CONCURRENCY),
+    hand_off: z.boolean().default(true),
   })
   .strict();
 
@@ -168,6 +169,7 @@ export const configSchema = z
       grace_ms: DEFAULT_GRACE_MS,
       effect_batch: DEFAULT_EFFECT_BATCH,
       effect_concurrency: DEFAULT_EFFECT_CONCURRENCY,
+      hand_off: true,
     }),
     queues: z
       .record(z.string().regex(QUEUE_NAME_RE, "expected a queue name"), queueSchema)

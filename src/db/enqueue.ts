@@ -1,6 +1,8 @@
 import type { JobRow } from "../job.ts";
 import type { JsonValue } from "../json.ts";
-import type { Db } from "./db.ts";
+import type { Db, Pool } from "./db.ts";
+import { packedNumbers, unpack } from "./fetch.ts";
+import { type HandOff, takeHandOff } from "./handoff.ts";
 import { isPool, JOBS_CHANNEL, wakeAfterCommit } from "./wake.ts";
 
 /** One row to insert; `i` is its position in the caller's batch. */
@@ -40,6 +42,13 @@ export interface InsertRow {
  */
 export async function insertJobs(db: Db, rows: InsertRow[]): Promise<JobRow[]> {
   if (rows.length === 0) return [];
+  const only = rows.length === 1 ? rows[0] : undefined;
+  // One job runnable now, enqueued on a pool: an idle worker of this process
+  // may take it in the insert itself (src/db/handoff.ts).
+  if (only && isPool(db) && only.run_at === null && !only.delay_ms) {
+    const handOff = takeHandOff(db, only.queue, only.kind);
+    if (handOff) return insertHandedOff(db, only, handOff);
+  }
   // A fragment: postgres.js inlines it, with its parameter, where it is interpolated.
   const insert = db`
       insert into conveyor_jobs
@@ -74,6 +83,72 @@ export async function insertJobs(db: Db, rows: InsertRow[]): Promise<JobRow[]> {
         from (select distinct queue from ins where state = 'available' and run_at <= now()) q
     )
     select ins.* from woke, ins`) as unknown as JobRow[];
+}
+
+/**
+ * Inserts one job leased to the hand-off's worker, as its first dequeue would
+ * lease it (spec: Enqueue then Dequeue, in one transaction): 'running',
+ * attempt 1, lease version 1, expiry by Postgres's clock. In a paused queue
+ * it is inserted 'available' instead, and a duplicate key inserts nothing;
+ * either way the slot goes back. The worker gets the job only once the
+ * insert has committed.
+ */
+async function insertHandedOff(pool: Pool, row: InsertRow, handOff: HandOff): Promise<JobRow[]> {
+  let inserted: (JobRow & { leased_n: string })[];
+  try {
+    inserted = (await pool`
+      insert into conveyor_jobs as j
+        (queue, kind, payload, priority, max_attempts, idempotency_key, traceparent, tracestate,
+         state, attempts, lease_owner, lease_version, lease_expires_at, attempted_at)
+      select t.queue, t.kind, coalesce(t.payload, 'null'::jsonb), t.priority,
+             t.max_attempts, t.idempotency_key, t.traceparent, t.tracestate,
+             case when p.paused then 'available' else 'running' end::conveyor_job_state,
+             case when p.paused then 0 else 1 end,
+             case when p.paused then null else ${handOff.owner} end,
+             case when p.paused then 0 else 1 end,
+             case when p.paused then null
+                  else now() + ${handOff.leaseMs}::float8 * interval '1 millisecond' end,
+             case when p.paused then null else now() end
+        from jsonb_to_recordset(${JSON.stringify([row])}::text::jsonb) as t(
+               queue text, kind text, payload jsonb, priority smallint, max_attempts int,
+               idempotency_key text, traceparent text, tracestate text),
+             (select exists (select 1 from conveyor_queues q
+                              where q.name = ${row.queue} and q.paused) as paused) p
+      on conflict (queue, idempotency_key) where idempotency_key is not null do nothing
+      returning j.*, ${packedNumbers(pool)} as leased_n`) as unknown as (JobRow & {
+      leased_n: string;
+    })[];
+  } catch (error) {
+    handOff.release();
+    throw error;
+  }
+  const r = inserted[0];
+  if (r?.state === "running" && r.lease_owner === handOff.owner) {
+    handOff.deliver(
+      unpack(
+        {
+          n: r.leased_n,
+          kind: r.kind,
+          payload: r.payload,
+          idempotency_key: r.idempotency_key,
+          traceparent: r.traceparent,
+          tracestate: r.tracestate,
+          errors: null,
+        },
+        r.queue,
+      ),
+    );
+    // No wake-up: the job is already running.
+    return [stripLeased(r)];
+  }
+  handOff.release();
+  if (r) wakeAfterCommit(pool, [r.queue]); // a paused queue's job, woken as any insert is
+  return r ? [stripLeased(r)] : [];
+}
+
+function stripLeased(r: JobRow & { leased_n: string }): JobRow {
+  const { leased_n: _, ...job } = r;
+  return job;
 }
 
 /** The existing jobs for (queue, idempotency_key) pairs; used for duplicates insertJobs skipped. */

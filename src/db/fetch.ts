@@ -68,13 +68,18 @@ export async function fetchJobs(db: Db, p: FetchParams): Promise<LeasedRow[]> {
            attempted_at = now()
       from next
      where j.id = next.id
-    returning concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
-                        floor(date_part('epoch', j.run_at) * 1000)::int8,
-                        floor(date_part('epoch', j.created_at) * 1000)::int8,
-                        floor(date_part('epoch', j.lease_expires_at) * 1000)::int8) as n,
+    returning ${packedNumbers(db)} as n,
               j.kind, j.payload, j.idempotency_key, j.traceparent, j.tracestate,
               case when j.errors <> '[]'::jsonb then j.errors end as errors`) as unknown as PackedRow[];
   return rows.map((r) => unpack(r, p.queue));
+}
+
+/** A leased row `j`'s eight numbers in one text column, as unpack() reads them. */
+export function packedNumbers(db: Db) {
+  return db`concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+                      floor(date_part('epoch', j.run_at) * 1000)::int8,
+                      floor(date_part('epoch', j.created_at) * 1000)::int8,
+                      floor(date_part('epoch', j.lease_expires_at) * 1000)::int8)`;
 }
 
 /**
@@ -85,7 +90,7 @@ export async function fetchJobs(db: Db, p: FetchParams): Promise<LeasedRow[]> {
  * one split. Kinds and queues never contain spaces (KIND_RE), but the kind is
  * its own column anyway: a row inserted by hand must not break the parse.
  */
-interface PackedRow {
+export interface PackedRow {
   n: string;
   kind: string;
   payload: JsonValue;
@@ -95,7 +100,7 @@ interface PackedRow {
   errors: AttemptError[] | null;
 }
 
-function unpack(r: PackedRow, queue: string): LeasedRow {
+export function unpack(r: PackedRow, queue: string): LeasedRow {
   const f = r.n.split(" ");
   return {
     id: f[0] as string,

@@ -34,7 +34,7 @@ export const JOBS_CHANNEL = "conveyor_jobs";
 const PROCESS_TAG = randomBytes(6).toString("hex");
 
 /** Pools to one database, as postgres.js parsed their options. */
-function databaseKey(pool: Pool): string {
+export function databaseKey(pool: Pool): string {
   const o = pool.options;
   return `${o.user}@${o.host.join(",")}:${o.port.join(",")}/${o.database}`;
 }

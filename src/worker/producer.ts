@@ -1,8 +1,9 @@
 // Producer: leases batches of jobs for one queue and hands them to the
-// executor (spec: Dequeue).
+// executor (spec: Dequeue), and, while idle, takes jobs this process enqueues
+// leased by their insert (src/db/handoff.ts).
 //
 // Invariant: at most `concurrency` handlers of this queue run in this worker
-// (slots reserved by fetches in flight count as taken), and at most
+// (slots reserved by fetches and hand-offs in flight count as taken), and at most
 // MAX_FETCHES_IN_FLIGHT fetches per queue are in flight, so notifications that
 // arrive in a burst coalesce (the debounce) and idle workers do not stampede.
 //
@@ -13,6 +14,7 @@
 // waiting to be written hold back fetching once they exceed `concurrency`.
 import type { Pool } from "../db/db.ts";
 import { fetchJobs, type LeasedRow } from "../db/fetch.ts";
+import type { HandOff } from "../db/handoff.ts";
 import type { Events } from "../events.ts";
 import type { Logger } from "../logger.ts";
 import { jittered, nextTurn, withDeadline } from "./loop.ts";
@@ -42,6 +44,9 @@ const ERROR_BACKOFF_MS = 1_000;
  */
 export const MAX_FETCHES_IN_FLIGHT = 2;
 
+/** How long stop() waits for hand-off inserts still in flight. */
+export const HANDOFF_STOP_WAIT_MS = 5_000;
+
 export interface Producer {
   readonly queue: string;
   /** Handlers running now. */
@@ -53,6 +58,12 @@ export interface Producer {
   wake(): void;
   /** One fetch, awaited: what tests call. Returns the number of jobs leased. */
   runOnce(): Promise<number>;
+  /**
+   * Reserves a slot for a job this process is enqueuing, if this producer is
+   * idle: running, a free slot, no fetch in flight, and the last fetch came
+   * back short (src/db/handoff.ts).
+   */
+  takeHandOff(kind: string): HandOff | undefined;
 }
 
 export function createProducer(o: ProducerOptions): Producer {
@@ -68,6 +79,9 @@ export function createProducer(o: ProducerOptions): Producer {
   // A fetch failed: no other until the retry timer fires.
   let backingOff = false;
   let pollTimer: ReturnType<typeof setTimeout> | undefined;
+  // Hand-offs reserved and not yet delivered or released; stop() waits for them.
+  const handOffs = new Set<Promise<void>>();
+  let handOffsClosed = false;
   let retryTimer: ReturnType<typeof setTimeout> | undefined;
 
   const free = () => o.concurrency - active - reserved;
@@ -102,6 +116,11 @@ export function createProducer(o: ProducerOptions): Producer {
     // A full batch suggests more is waiting.
     backlog = rows.length === limit;
     if (backlog) wanted = true;
+    run(rows);
+    return rows.length;
+  };
+
+  const run = (rows: LeasedRow[]) => {
     for (const row of rows) {
       active++;
       unwritten++;
@@ -118,7 +137,6 @@ export function createProducer(o: ProducerOptions): Producer {
         schedule();
       });
     }
-    return rows.length;
   };
 
   const fill = () => {
@@ -181,11 +199,60 @@ export function createProducer(o: ProducerOptions): Producer {
       clearTimeout(pollTimer);
       clearTimeout(retryTimer);
       await Promise.all([...inFlight].map((p) => p.catch(() => 0)));
+      // A hand-off's insert may still commit a job leased to us: it runs
+      // (and is drained with the rest) rather than wait out its lease. An
+      // insert that has not returned by then is not waited for longer; its
+      // job, if committed, runs once the reaper has taken its lease back.
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        Promise.all(handOffs),
+        new Promise((r) => (timer = setTimeout(r, HANDOFF_STOP_WAIT_MS))),
+      ]);
+      clearTimeout(timer);
+      handOffsClosed = true;
     },
     wake() {
       wanted = true;
       schedule();
     },
     runOnce: () => fetchOnce(),
+    takeHandOff(kind) {
+      if (stopped || backlog || inFlight.size > 0 || free() <= 0 || !o.kinds.includes(kind)) {
+        return undefined;
+      }
+      reserved++;
+      let settle!: () => void;
+      const settled = new Promise<void>((r) => (settle = r));
+      handOffs.add(settled);
+      let open = true;
+      const close = () => {
+        if (!open) return false;
+        open = false;
+        reserved--;
+        handOffs.delete(settled);
+        settle();
+        return true;
+      };
+      return {
+        owner: o.owner,
+        leaseMs: o.leaseMs,
+        deliver(row) {
+          if (!close()) return;
+          if (handOffsClosed) {
+            o.logger.warn(
+              "a job handed off after this worker stopped; it runs once its lease expires",
+              {
+                jobId: row.id,
+              },
+            );
+            return;
+          }
+          run([row]);
+        },
+        release() {
+          if (close()) schedule();
+        },
+      };
+    },
   };
 }

@@ -4,6 +4,7 @@
 import { hostname } from "node:os";
 import { z } from "zod";
 import type { Pool } from "../db/db.ts";
+import { onHandOff } from "../db/handoff.ts";
 import { releaseJobs } from "../db/lease.ts";
 import { QUEUE_NAME_RE } from "../enqueue.ts";
 import { ShutdownError } from "../errors.ts";
@@ -98,6 +99,12 @@ export const workerOptionsSchema = z
     backoff: backoffSchema.optional(),
     /** LISTEN for enqueue notifications (default true); polling alone otherwise. */
     listen: z.boolean().default(true),
+    /**
+     * Take jobs this process enqueues on a pool to the same database while
+     * idle, leased by the insert itself, with no fetch (default true;
+     * src/db/handoff.ts).
+     */
+    handOff: z.boolean().default(true),
     /**
      * ctx.transaction(): most jobs whose effects share one transaction (each
      * in its own savepoint), 1 for a transaction per job. One commit is one
@@ -224,6 +231,7 @@ export function createWorker(options: WorkerOptions): Worker {
   events.on("lease:lost", () => counts.staleWrites++);
   events.on("lease:reaped", () => counts.reaped++);
   let wakeup: Wakeup | undefined;
+  let offHandOff: (() => void) | undefined;
   let stopping: Promise<void> | undefined;
   let started = false;
 
@@ -233,6 +241,7 @@ export function createWorker(options: WorkerOptions): Worker {
   };
 
   async function drain(graceMs: number) {
+    offHandOff?.();
     await Promise.all([...producers.values()].map((p) => p.stop()));
     await wakeup?.stop();
     const waitAll = () => Promise.all([...running.values()].map((e) => e.done));
@@ -289,6 +298,9 @@ export function createWorker(options: WorkerOptions): Worker {
       heartbeat.start();
       reaper?.start();
       for (const p of producers.values()) p.start();
+      if (o.handOff) {
+        offHandOff = onHandOff(sql, (queue, kind) => producers.get(queue)?.takeHandOff(kind));
+      }
       logger.info("worker started", {
         queues: Object.fromEntries(queueEntries.map(([q, c]) => [q, c.concurrency])),
         kinds,

@@ -1,0 +1,242 @@
+// Hand-off (src/db/handoff.ts): a job this process enqueues goes to an idle
+// worker of this process, leased by the insert, with no fetch; everything
+// that is not plainly runnable by that worker goes the usual way.
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import postgres from "postgres";
+import { setQueuesPaused } from "../src/db/admin.ts";
+import type { Pool } from "../src/db/db.ts";
+import { takeHandOff } from "../src/db/handoff.ts";
+import { enqueue, enqueueMany } from "../src/enqueue.ts";
+import type { Job } from "../src/job.ts";
+import { silentLogger } from "../src/logger.ts";
+import { createWorker } from "../src/worker/worker.ts";
+import { startResetProxy } from "./fixtures/reset-proxy.ts";
+import { countingPool, type TestDb, testDatabase } from "./harness.ts";
+
+let db: TestDb;
+beforeAll(async () => {
+  db = await testDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.sql`truncate conveyor_jobs`;
+  await db.sql`delete from conveyor_queues`;
+});
+
+async function until(check: () => boolean | Promise<boolean>, ms = 10_000) {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await Bun.sleep(5);
+  }
+}
+
+/** Resolves once a worker on the pool's database would take a job of this queue: its first fetch came back empty. */
+async function idle(pool: Pool, queue: string) {
+  await until(() => {
+    const h = takeHandOff(pool, queue, "k");
+    h?.release();
+    return h !== undefined;
+  });
+}
+
+/** A worker that polls once a minute, so anything it runs soon came by hand-off or wake-up. */
+async function idleWorker(
+  sql: Pool,
+  queue: string,
+  o: { concurrency?: number; block?: Promise<void>; leaseMs?: number } = {},
+) {
+  const seen: Job[] = [];
+  const tokens: number[] = [];
+  const worker = createWorker({
+    sql,
+    queues: { [queue]: { concurrency: o.concurrency ?? 5, leaseMs: o.leaseMs ?? 30_000 } },
+    handlers: {
+      k: async (_p: unknown, ctx) => {
+        seen.push(ctx.job);
+        tokens.push(ctx.fencingToken);
+        await o.block;
+      },
+    },
+    pollIntervalMs: o.leaseMs ? 100 : 60_000,
+    reaper: o.leaseMs ? { intervalMs: 100 } : false,
+    logger: silentLogger,
+  });
+  return { worker, seen, tokens };
+}
+
+const row = async (id: string) =>
+  (
+    await db.sql`select state, attempts, lease_version, lease_owner, run_at, created_at, errors
+                  from conveyor_jobs where id = ${id}`
+  )[0];
+
+describe("hand-off", () => {
+  test("an idle worker takes a job this process enqueues, leased by the insert: no fetch", async () => {
+    const counted = await countingPool(db, /set state = 'running'/, { max: 5 });
+    const { worker, seen, tokens } = await idleWorker(counted.sql, "h-idle");
+    await worker.start();
+    try {
+      await idle(db.sql, "h-idle"); // its first fetch came back empty
+      const fetches = counted.sent(); // one or two at start
+      expect(fetches).toBeGreaterThan(0);
+      // Enqueued on another pool to the same database, as the API does.
+      const { job, duplicate } = await enqueue(db.sql, { queue: "h-idle", kind: "k" });
+      expect(duplicate).toBe(false);
+      expect(job).toMatchObject({
+        state: "running",
+        attempts: 1,
+        leaseVersion: 1,
+        leaseOwner: worker.owner,
+      });
+      await until(() => seen.length === 1);
+      await until(async () => (await row(job.id))?.state === "completed");
+      expect(counted.sent()).toBe(fetches);
+      expect(tokens).toEqual([1]);
+      const stored = await row(job.id);
+      expect(stored).toMatchObject({ attempts: 1, lease_version: "1", lease_owner: worker.owner });
+      // The handler's job is the stored row, to the millisecond, as after a fetch.
+      const [ms] = await db.sql`
+        select floor(date_part('epoch', run_at) * 1000)::int8 as run_at,
+               floor(date_part('epoch', created_at) * 1000)::int8 as created_at
+          from conveyor_jobs where id = ${job.id}`;
+      expect(seen[0]?.runAt.getTime()).toBe(Number(ms?.run_at));
+      expect(seen[0]?.createdAt.getTime()).toBe(Number(ms?.created_at));
+      expect(seen[0]).toMatchObject({ id: job.id, attempts: 1, leaseVersion: 1, state: "running" });
+    } finally {
+      await worker.stop();
+      await counted.close();
+    }
+  });
+
+  test("a paused queue's job is inserted available and the slot given back", async () => {
+    const { worker, seen } = await idleWorker(db.connect({ max: 4 }), "h-paused", {
+      concurrency: 1,
+    });
+    await worker.start();
+    try {
+      await idle(db.sql, "h-paused");
+      await setQueuesPaused(db.sql, ["h-paused"], true);
+      const { job } = await enqueue(db.sql, { queue: "h-paused", kind: "k" });
+      expect(job.state).toBe("available");
+      expect(job.leaseOwner).toBeNull();
+      await setQueuesPaused(db.sql, ["h-paused"], false);
+      // The one slot came back: the next job is handed off.
+      const next = await enqueue(db.sql, { queue: "h-paused", kind: "k" });
+      expect(next.job.state).toBe("running");
+      await until(() => seen.length === 1);
+      expect(seen[0]?.id).toBe(next.job.id);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  test("scheduled jobs, kinds the worker lacks, batches and a busy worker go the usual way", async () => {
+    let unblock!: () => void;
+    const block = new Promise<void>((r) => (unblock = r));
+    const { worker, seen } = await idleWorker(db.connect({ max: 4 }), "h-usual", {
+      concurrency: 1,
+      block,
+    });
+    await worker.start();
+    try {
+      await idle(db.sql, "h-usual");
+      const later = await enqueue(db.sql, { queue: "h-usual", kind: "k", delayMs: 60_000 });
+      expect(later.job.state).toBe("available");
+      const other = await enqueue(db.sql, { queue: "h-usual", kind: "not-here" });
+      expect(other.job.state).toBe("available");
+      const pair = await enqueueMany(db.sql, [
+        { queue: "h-usual", kind: "k" },
+        { queue: "h-usual", kind: "k" },
+      ]);
+      expect(pair.map((r) => r.job.state)).toEqual(["available", "available"]);
+      // The pair woke the worker, which fetched one (concurrency 1) and is now busy.
+      await until(() => seen.length === 1);
+      const busy = await enqueue(db.sql, { queue: "h-usual", kind: "k" });
+      expect(busy.job.state).toBe("available");
+      unblock();
+      await until(() => seen.length === 3);
+      expect(seen.map((j) => j.id).sort()).toEqual(
+        [String(pair[0]?.job.id), String(pair[1]?.job.id), busy.job.id].sort(),
+      );
+    } finally {
+      unblock();
+      await worker.stop();
+    }
+  });
+
+  test("a duplicate idempotency key hands nothing off, and the slot comes back", async () => {
+    const { worker, seen } = await idleWorker(db.connect({ max: 4 }), "h-dup", {
+      concurrency: 1,
+    });
+    await worker.start();
+    try {
+      await idle(db.sql, "h-dup");
+      const first = await enqueue(db.sql, { queue: "h-dup", kind: "k", idempotencyKey: "a" });
+      expect(first.job.state).toBe("running");
+      await until(async () => (await row(first.job.id))?.state === "completed");
+      const again = await enqueue(db.sql, { queue: "h-dup", kind: "k", idempotencyKey: "a" });
+      expect(again).toMatchObject({ duplicate: true, job: { id: first.job.id } });
+      const next = await enqueue(db.sql, { queue: "h-dup", kind: "k" });
+      expect(next.job.state).toBe("running");
+      await until(() => seen.length === 2);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  test("an insert whose reply is lost leaves a lease nobody holds: it expires and the job runs", async () => {
+    const proxy = await startResetProxy(db.url, {
+      match: (chunk) => chunk.includes("insert into conveyor_jobs as j"),
+      when: "after",
+    });
+    const enqueuer = postgres(proxy.url, { max: 2, onnotice: () => {} });
+    // The worker's pool goes through the proxy too: hand-offs are per database.
+    const { worker, seen } = await idleWorker(enqueuer, "h-lost", { leaseMs: 500 });
+    await worker.start();
+    try {
+      await idle(enqueuer, "h-lost");
+      const error = await enqueue(enqueuer, { queue: "h-lost", kind: "k" }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(proxy.resets).toBe(1);
+      expect((error as { code?: string }).code).toBe("ECONNRESET");
+      // Committed, leased to the worker, which never heard of it.
+      const [lost] = await db.sql`select id, state, lease_owner from conveyor_jobs`;
+      expect(lost).toMatchObject({ state: "running", lease_owner: worker.owner });
+      await until(() => seen.length === 1, 15_000);
+      await until(async () => (await row(String(lost?.id)))?.state === "completed");
+      const done = await row(String(lost?.id));
+      expect(done).toMatchObject({ attempts: 2, lease_version: "2" });
+      expect((done?.errors as { name: string }[]).map((e) => e.name)).toEqual(["LeaseExpired"]);
+    } finally {
+      await worker.stop();
+      await enqueuer.end({ timeout: 0.2 });
+      proxy.close();
+    }
+  }, 30_000);
+
+  test("handOff: false leaves every enqueue to the fetch", async () => {
+    const worker = createWorker({
+      sql: db.connect({ max: 4 }),
+      queues: { "h-off": { concurrency: 5 } },
+      handlers: { k: () => {} },
+      pollIntervalMs: 60_000,
+      handOff: false,
+      logger: silentLogger,
+    });
+    await worker.start();
+    try {
+      // Registered for no hand-off at all: the probe finds no taker.
+      expect(takeHandOff(db.sql, "h-off", "k")).toBeUndefined();
+      const { job } = await enqueue(db.sql, { queue: "h-off", kind: "k" });
+      expect(job.state).toBe("available");
+      await until(async () => (await row(job.id))?.state === "completed"); // by wake-up and fetch
+    } finally {
+      await worker.stop();
+    }
+  });
+});
