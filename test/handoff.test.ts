@@ -211,7 +211,8 @@ describe("hand-off", () => {
       await until(async () => (await row(String(lost?.id)))?.state === "completed");
       const done = await row(String(lost?.id));
       expect(done).toMatchObject({ attempts: 2, lease_version: "2" });
-      expect((done?.errors as { name: string }[]).map((e) => e.name)).toEqual(["LeaseExpired"]);
+      expect(done?.errors).toHaveLength(1);
+      expect(done?.errors).toMatchObject([{ name: "LeaseExpired", attempt: 1 }]);
     } finally {
       await worker.stop();
       await enqueuer.end({ timeout: 0.2 });
