@@ -27,16 +27,11 @@ afterAll(async () => {
   await db.drop();
 });
 
-test("a worker whose connections keep being terminated finishes every job afterwards", async () => {
+/** Runs a fixture in its own process, as a daemon runs; returns the JSON summary line it prints, and its stderr. */
+async function runChild<T>(fixture: string, args: string[], timeoutMs: number) {
   const child = Bun.spawn(
-    [
-      process.execPath,
-      path.join(import.meta.dir, "fixtures", "connection-loss-child.ts"),
-      db.url,
-      "400",
-      "3000",
-    ],
-    { stdout: "pipe", stderr: "pipe", timeout: 80_000 },
+    [process.execPath, path.join(import.meta.dir, "fixtures", fixture), ...args],
+    { stdout: "pipe", stderr: "pipe", timeout: timeoutMs },
   );
   const [out, err] = await Promise.all([
     new Response(child.stdout).text(),
@@ -45,36 +40,29 @@ test("a worker whose connections keep being terminated finishes every job afterw
   ]);
   const line = out.split("\n").find((l) => l.startsWith("{"));
   if (!line) throw new Error(`child printed no summary; stderr: ${err.slice(-2000)}`);
-  const r = JSON.parse(line) as {
+  return { summary: JSON.parse(line) as T, stderr: err };
+}
+
+test("a worker whose connections keep being terminated finishes every job afterwards", async () => {
+  const { summary: r, stderr } = await runChild<{
     jobs: number;
     done: number;
     terminated: number;
     settleMs: number;
-  };
+  }>("connection-loss-child.ts", [db.url, "400", "3000"], 80_000);
   expect(r.terminated).toBeGreaterThan(10); // the faults really happened
   expect(r.done).toBe(r.jobs);
   // The patched write path settles by rejecting, never by throwing.
-  expect(err).not.toContain("evaluating 'socket.write'");
+  expect(stderr).not.toContain("evaluating 'socket.write'");
 }, 90_000);
 
 test("a connection reset while postgres.js fetches array types fails one query and leaves no unhandled rejection", async () => {
-  const child = Bun.spawn(
-    [process.execPath, path.join(import.meta.dir, "fixtures", "type-fetch-reset-child.ts"), db.url],
-    { stdout: "pipe", stderr: "pipe", timeout: 30_000 },
-  );
-  const [out, err] = await Promise.all([
-    new Response(child.stdout).text(),
-    new Response(child.stderr).text(),
-    child.exited,
-  ]);
-  const line = out.split("\n").find((l) => l.startsWith("{"));
-  if (!line) throw new Error(`child printed no summary; stderr: ${err.slice(-2000)}`);
-  const r = JSON.parse(line) as {
+  const { summary: r } = await runChild<{
     resets: number;
     first: { ok?: unknown; error?: string };
     second: { ok?: unknown; error?: string };
     unhandled: number;
-  };
+  }>("type-fetch-reset-child.ts", [db.url], 30_000);
   expect(r.resets).toBe(1); // the reset really hit the type fetch
   expect(r.first.error).toBe("ECONNRESET"); // the caller hears of it
   expect(r.second.ok).toEqual([1, 2]); // the next connection fetched the types

@@ -42,7 +42,10 @@ async function idle(pool: Pool, queue: string) {
   });
 }
 
-/** A worker that polls once a minute, so anything it runs soon came by hand-off or wake-up. */
+/**
+ * A started worker whose first fetch came back empty, and that polls once a
+ * minute: anything it runs soon came by hand-off or wake-up.
+ */
 async function idleWorker(
   sql: Pool,
   queue: string,
@@ -64,6 +67,11 @@ async function idleWorker(
     reaper: o.leaseMs ? { intervalMs: 100 } : false,
     logger: silentLogger,
   });
+  await worker.start();
+  await idle(sql, queue).catch(async (error) => {
+    await worker.stop();
+    throw error;
+  });
   return { worker, seen, tokens };
 }
 
@@ -77,9 +85,7 @@ describe("hand-off", () => {
   test("an idle worker takes a job this process enqueues, leased by the insert: no fetch", async () => {
     const counted = await countingPool(db, /set state = 'running'/, { max: 5 });
     const { worker, seen, tokens } = await idleWorker(counted.sql, "h-idle");
-    await worker.start();
     try {
-      await idle(db.sql, "h-idle"); // its first fetch came back empty
       const fetches = counted.sent(); // one or two at start
       expect(fetches).toBeGreaterThan(0);
       // Enqueued on another pool to the same database, as the API does.
@@ -115,9 +121,7 @@ describe("hand-off", () => {
     const { worker, seen } = await idleWorker(db.connect({ max: 4 }), "h-paused", {
       concurrency: 1,
     });
-    await worker.start();
     try {
-      await idle(db.sql, "h-paused");
       await setQueuesPaused(db.sql, ["h-paused"], true);
       const { job } = await enqueue(db.sql, { queue: "h-paused", kind: "k" });
       expect(job.state).toBe("available");
@@ -140,9 +144,7 @@ describe("hand-off", () => {
       concurrency: 1,
       block,
     });
-    await worker.start();
     try {
-      await idle(db.sql, "h-usual");
       const later = await enqueue(db.sql, { queue: "h-usual", kind: "k", delayMs: 60_000 });
       expect(later.job.state).toBe("available");
       const other = await enqueue(db.sql, { queue: "h-usual", kind: "not-here" });
@@ -171,9 +173,7 @@ describe("hand-off", () => {
     const { worker, seen } = await idleWorker(db.connect({ max: 4 }), "h-dup", {
       concurrency: 1,
     });
-    await worker.start();
     try {
-      await idle(db.sql, "h-dup");
       const first = await enqueue(db.sql, { queue: "h-dup", kind: "k", idempotencyKey: "a" });
       expect(first.job.state).toBe("running");
       await until(async () => (await row(first.job.id))?.state === "completed");
@@ -195,9 +195,7 @@ describe("hand-off", () => {
     const enqueuer = postgres(proxy.url, { max: 2, onnotice: () => {} });
     // The worker's pool goes through the proxy too: hand-offs are per database.
     const { worker, seen } = await idleWorker(enqueuer, "h-lost", { leaseMs: 500 });
-    await worker.start();
     try {
-      await idle(enqueuer, "h-lost");
       const error = await enqueue(enqueuer, { queue: "h-lost", kind: "k" }).then(
         () => undefined,
         (e: unknown) => e,

@@ -19,7 +19,7 @@
 // slot given back.
 import type { Pool } from "./db.ts";
 import type { LeasedRow } from "./fetch.ts";
-import { databaseKey } from "./wake.ts";
+import { perDatabase } from "./wake.ts";
 
 /** A slot a local worker reserved for one job; exactly one of deliver and release must follow. */
 export interface HandOff {
@@ -34,28 +34,16 @@ export interface HandOff {
 /** Reserves a slot for a job of this queue and kind, or says no. */
 export type HandOffTaker = (queue: string, kind: string) => HandOff | undefined;
 
-const takers = new Map<string, Set<HandOffTaker>>();
+const takers = perDatabase<HandOffTaker>();
 
 /** Registers a worker's taker for the pool's database; returns the unregister function. */
 export function onHandOff(pool: Pool, taker: HandOffTaker): () => void {
-  const key = databaseKey(pool);
-  let set = takers.get(key);
-  if (!set) {
-    set = new Set();
-    takers.set(key, set);
-  }
-  set.add(taker);
-  return () => {
-    set.delete(taker);
-    if (set.size === 0) takers.delete(key);
-  };
+  return takers.add(pool, taker);
 }
 
 /** The first local worker on this pool's database that reserves a slot for the job. */
 export function takeHandOff(pool: Pool, queue: string, kind: string): HandOff | undefined {
-  const set = takers.get(databaseKey(pool));
-  if (!set) return undefined;
-  for (const taker of set) {
+  for (const taker of takers.of(pool) ?? []) {
     const h = taker(queue, kind);
     if (h) return h;
   }

@@ -33,17 +33,48 @@ export const JOBS_CHANNEL = "conveyor_jobs";
 
 const PROCESS_TAG = randomBytes(6).toString("hex");
 
-/** Pools to one database, as postgres.js parsed their options. */
-export function databaseKey(pool: Pool): string {
-  const o = pool.options;
-  return `${o.user}@${o.host.join(",")}:${o.port.join(",")}/${o.database}`;
+const keys = new WeakMap<Pool, string>();
+
+/** Pools to one database, as postgres.js parsed their options; computed once per pool. */
+function databaseKey(pool: Pool): string {
+  let key = keys.get(pool);
+  if (key === undefined) {
+    const o = pool.options;
+    key = `${o.user}@${o.host.join(",")}:${o.port.join(",")}/${o.database}`;
+    keys.set(pool, key);
+  }
+  return key;
 }
 
-const tagFor = (key: string) => `${PROCESS_TAG}.${Bun.hash(key).toString(36)}`;
+/**
+ * Callbacks of this process, registered per database (any pool to it finds
+ * them): local wake-ups here, hand-offs in src/db/handoff.ts.
+ */
+export function perDatabase<F>() {
+  const byKey = new Map<string, Set<F>>();
+  return {
+    /** Registers `fn` for the pool's database; returns the unregister function. */
+    add(pool: Pool, fn: F): () => void {
+      const key = databaseKey(pool);
+      let set = byKey.get(key);
+      if (!set) {
+        set = new Set();
+        byKey.set(key, set);
+      }
+      set.add(fn);
+      return () => {
+        set.delete(fn);
+        if (set.size === 0) byKey.delete(key);
+      };
+    },
+    /** The callbacks registered for the pool's database, if any. */
+    of: (pool: Pool): ReadonlySet<F> | undefined => byKey.get(databaseKey(pool)),
+  };
+}
 
 /** Names this process and the pool's database in a notification's payload. */
 export function senderTag(pool: Pool): string {
-  return tagFor(databaseKey(pool));
+  return `${PROCESS_TAG}.${Bun.hash(databaseKey(pool)).toString(36)}`;
 }
 
 /**
@@ -59,21 +90,11 @@ export function parseWake(payload: string): { queue: string; sender: string | un
     : { queue: payload.slice(0, space), sender: payload.slice(space + 1) };
 }
 
-const localListeners = new Map<string, Set<(queue: string) => void>>();
+const localListeners = perDatabase<(queue: string) => void>();
 
 /** Calls `fn` with each queue this process's enqueues on the pool's database make runnable, once committed. */
 export function onLocalWake(pool: Pool, fn: (queue: string) => void): () => void {
-  const key = databaseKey(pool);
-  let set = localListeners.get(key);
-  if (!set) {
-    set = new Set();
-    localListeners.set(key, set);
-  }
-  set.add(fn);
-  return () => {
-    set.delete(fn);
-    if (set.size === 0) localListeners.delete(key);
-  };
+  return localListeners.add(pool, fn);
 }
 
 /** A postgres.js pool, as opposed to a transaction or a reserved connection: its statements commit on their own. */
@@ -104,8 +125,7 @@ export async function notifyQueues(db: Db, payloads: Iterable<string>): Promise<
 }
 
 interface Waker {
-  /** This pool's database, as localListeners keys it, and its sender tag. */
-  key: string;
+  /** The sender tag of this pool's database. */
   tag: string;
   pending: Set<string>;
   /** The flush loop, while one runs. */
@@ -124,11 +144,10 @@ const wakers = new WeakMap<Pool, Waker>();
 export function wakeAfterCommit(pool: Pool, queues: Iterable<string>): void {
   let w = wakers.get(pool);
   if (!w) {
-    const key = databaseKey(pool);
-    w = { key, tag: tagFor(key), pending: new Set(), flushing: undefined };
+    w = { tag: senderTag(pool), pending: new Set(), flushing: undefined };
     wakers.set(pool, w);
   }
-  const listeners = localListeners.get(w.key);
+  const listeners = localListeners.of(pool);
   for (const q of queues) {
     w.pending.add(q);
     if (listeners) for (const fn of listeners) fn(q);

@@ -203,12 +203,7 @@ export function createProducer(o: ProducerOptions): Producer {
       // (and is drained with the rest) rather than wait out its lease. An
       // insert that has not returned by then is not waited for longer; its
       // job, if committed, runs once the reaper has taken its lease back.
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      await Promise.race([
-        Promise.all(handOffs),
-        new Promise((r) => (timer = setTimeout(r, HANDOFF_STOP_WAIT_MS))),
-      ]);
-      clearTimeout(timer);
+      await withDeadline(Promise.all(handOffs), "hand-offs", HANDOFF_STOP_WAIT_MS).catch(() => {});
       handOffsClosed = true;
     },
     wake() {
@@ -224,12 +219,10 @@ export function createProducer(o: ProducerOptions): Producer {
       let settle!: () => void;
       const settled = new Promise<void>((r) => (settle = r));
       handOffs.add(settled);
-      let open = true;
+      // True the first time only: deliver and release settle the slot once.
       const close = () => {
-        if (!open) return false;
-        open = false;
+        if (!handOffs.delete(settled)) return false;
         reserved--;
-        handOffs.delete(settled);
         settle();
         return true;
       };
