@@ -133,10 +133,11 @@ run() {
 
 # Patterns: the assertion each control must violate.
 P_FENCE='glease==sl\[s\]\.gl'                 # stale write changed a row
-P_UNIQUE='sl\[[0-9]\]\.tok==job\[[0-9]\]\.version' # two live holders of one token
+P_UNIQUE='sl\[[0-9]\]\.tok==job\[[0-9a-z]\]\.version' # two live holders of one token
 P_OUTCOME='doneby==sl\[s\]\.gl\)\)'           # commit outcome misattributed
 P_ROWS='rows<=1'
 P_ONCE='ledger<=1\)'                          # an effect committed twice
+P_EFFECT_DONE='ledger==0\)\|\|'               # an effect row on a job that is not completed
 P_CYCLE='acceptance cycle'
 
 # ---- the real protocol -----------------------------------------------------
@@ -150,11 +151,13 @@ run bug-heartbeat-no-version    fail bfs "$P_FENCE"   -DBUG_HEARTBEAT_NO_VERSION
 run bug-dequeue-no-bump         fail bfs "$P_UNIQUE"  -DBUG_DEQUEUE_NO_BUMP
 run bug-reaper-reuses-version   fail bfs "$P_UNIQUE"  -DBUG_REAPER_REUSES_VERSION
 run bug-enqueue-no-conflict     fail bfs "$P_ROWS"    -DBUG_ENQUEUE_NO_CONFLICT
+run bug-handoff-on-conflict     fail bfs "$P_UNIQUE"  -DBUG_HANDOFF_ON_CONFLICT
 # The same bugs without the two direct fencing assertions: what a worker can
 # observe (a commit outcome attributed to the wrong lease).
 run bug-complete-no-version/consequence   fail bfs "$P_OUTCOME" -DBUG_COMPLETE_NO_VERSION -DCONSEQUENCES_ONLY
 run bug-dequeue-no-bump/consequence       fail bfs "$P_OUTCOME" -DBUG_DEQUEUE_NO_BUMP -DCONSEQUENCES_ONLY
 run bug-reaper-reuses-version/consequence fail bfs "$P_OUTCOME" -DBUG_REAPER_REUSES_VERSION -DCONSEQUENCES_ONLY
+run bug-handoff-on-conflict/consequence   fail bfs "$P_EFFECT_DONE" -DBUG_HANDOFF_ON_CONFLICT -DCONSEQUENCES_ONLY
 # The effect-once assertions can fail too: what at-most-once effect rests on.
 run bug-complete-no-state-check  fail bfs "$P_ONCE"    -DBUG_COMPLETE_NO_STATE -DCONSEQUENCES_ONLY
 run bug-effect-separate-txn      fail bfs "$P_ONCE"    -DBUG_EFFECT_SEPARATE_TXN

@@ -15,6 +15,8 @@
  *   -DBUG_REAPER_REUSES_VERSION reaper decrements lease_version, so the next
  *                               dequeue reissues a token that was already handed out
  *   -DBUG_ENQUEUE_NO_CONFLICT   enqueue without ON CONFLICT (duplicate rows per key)
+ *   -DBUG_HANDOFF_ON_CONFLICT   a hand-off insert that meets an existing row leases
+ *                               it anyway, with its literal first token (version 1)
  *   -DBUG_COMPLETE_NO_STATE     completion fenced by owner and version but not by
  *                               state = 'running' (a retried commit writes the effect again)
  *   -DBUG_EFFECT_SEPARATE_TXN   the effect commits in its own transaction, not in the
@@ -278,6 +280,41 @@ unsigned nfault : 2;
     CHECK(k)
 #endif
 
+/* src/db/enqueue.ts insertHandedOff (src/db/handoff.ts): one INSERT ... ON
+ * CONFLICT DO NOTHING commits a new job already leased to idle slot s, as its
+ * first dequeue would lease it: 'running', attempt 1, lease_version 1 (a
+ * literal: the row is new), s's owner. `learns` is 0 when the reply is lost:
+ * the row is committed leased to s's owner, but neither the client nor slot s
+ * hears of it (the real slot is given back on the error), so nobody holds the
+ * lease until the reaper takes it back. A duplicate key leases nothing.
+ * Pause is abstracted (a paused queue's job is inserted 'available'). */
+#define HANDOFF_LEASE(k,s,learns) \
+    job[k].state = RUNNING; job[k].attempts = 1; job[k].owner = OWNER(s); \
+    job[k].version = 1; job[k].glease++; \
+    printf("MSC: enqueue key %d handed off to slot %d (owner %d): token 1 (lease #%d)\n", \
+           k, s, OWNER(s), job[k].glease); \
+    ASSERT_FRESH(k,s); \
+    if \
+    :: learns -> sl[s].hold = k; sl[s].tok = 1; sl[s].gl = job[k].glease; HB_CLEAR(s) \
+    :: else -> printf("MSC: reply lost: neither the client nor slot %d hears of the lease\n", s) \
+    fi
+#ifdef BUG_HANDOFF_ON_CONFLICT
+/* the bug: ON CONFLICT DO UPDATE SET state = 'running', lease_version = 1, ... */
+#define HANDOFF_CONFLICT(k,s,learns) \
+    printf("MSC: enqueue key %d: conflict, existing row leased anyway\n", k); \
+    HANDOFF_LEASE(k,s,learns)
+#else
+#define HANDOFF_CONFLICT(k,s,learns) \
+    printf("MSC: enqueue key %d: conflict, nothing handed off\n", k)
+#endif
+#define HANDOFF(k,s,learns) \
+    if \
+    :: job[k].rows == 0 -> job[k].rows = 1; HANDOFF_LEASE(k,s,learns) \
+    :: else -> HANDOFF_CONFLICT(k,s,learns) \
+    fi; \
+    CHECK(k)
+#define IDLE(s) (!HOLDING(s) && sl[s].intx == 0)
+
 /* src/db/outcome.ts completeJobs (plain: the batching completer of
  * src/worker/completer.ts); also handler cancel (cancelLeasedJobs), which
  * has the same shape with 'cancelled'. */
@@ -460,17 +497,30 @@ end:
     od
 }
 
-/* src/db/enqueue.ts insertJobs. The client enqueues every key; for any key
- * its reply may be lost, and it resends the same key later (while workers
- * may already be running, or even have finished, the job). */
+/* One enqueue of key k: a plain insert (src/db/enqueue.ts insertJobs), or a
+ * hand-off to an idle slot (insertHandedOff), whose reply reaches the client
+ * and the slot together (learns = 1) or neither (learns = 0). */
+inline enqueue(k, learns)
+{
+    if
+    :: d_step { INSERT_JOB(k) }
+    :: d_step { IDLE(0) -> HANDOFF(k,0,learns) }
+    :: d_step { IDLE(1) -> HANDOFF(k,1,learns) }
+    :: d_step { IDLE(2) -> HANDOFF(k,2,learns) }
+    fi
+}
+
+/* The client enqueues every key; for any key its reply may be lost, and it
+ * resends the same key later (while workers may already be running, or even
+ * have finished, the job). */
 active proctype Client()
 {
     byte k = 0;
 end:
     do
-    :: k < NJOBS -> d_step { INSERT_JOB(k); k++ }
-    :: k < NJOBS -> d_step { INSERT_JOB(k) };   /* reply lost ...  */
-                    d_step { INSERT_JOB(k); k++ } /* ... resent     */
+    :: k < NJOBS -> enqueue(k, 1); k++
+    :: k < NJOBS -> enqueue(k, 0);               /* reply lost ... */
+                    enqueue(k, 1); k++           /* ... resent     */
     od
 }
 

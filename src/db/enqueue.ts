@@ -87,7 +87,7 @@ export async function insertJobs(db: Db, rows: InsertRow[]): Promise<JobRow[]> {
 
 /**
  * Inserts one job leased to the hand-off's worker, as its first dequeue would
- * lease it (spec: Enqueue then Dequeue, in one transaction): 'running',
+ * lease it (spec: HANDOFF, Enqueue and Dequeue in one transaction): 'running',
  * attempt 1, lease version 1, expiry by Postgres's clock. In a paused queue
  * it is inserted 'available' instead, and a duplicate key inserts nothing;
  * either way the slot goes back. The worker gets the job only once the

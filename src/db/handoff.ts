@@ -4,12 +4,11 @@
 // The insert commits the job already 'running' under the worker's owner with
 // lease version 1, as its first dequeue would have; the worker runs it as
 // soon as the insert returns, without a fetch (one commit fewer between
-// enqueue and start). It is Enqueue and Dequeue in one transaction, which is
-// one of the interleavings the lease model already checks (spec/README.md):
-// the token is fresh, every later write is fenced as usual, and a worker that
-// never learns of the lease (the insert's reply lost, the process gone) is a
-// worker that crashed right after a dequeue: the lease expires and the reaper
-// makes the job runnable again.
+// enqueue and start). It is Enqueue and Dequeue in one transaction, an
+// action of the lease model of its own (spec: HANDOFF): the token is fresh
+// because the row is new (a duplicate key leases nothing), every later write
+// is fenced as usual, and a lease nobody learns of (the insert's reply lost,
+// the process gone) expires, and the reaper makes the job runnable again.
 //
 // A worker offers a slot only when it is idle by its own account: a free
 // slot, no fetch in flight, and its last fetch came back short. A job enqueued
