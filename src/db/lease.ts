@@ -1,4 +1,4 @@
-import { type Db, fenced, type Lease } from "./db.ts";
+import { type Db, fencedBatch, type Lease } from "./db.ts";
 
 /**
  * Extends the leases this owner still holds (spec: Heartbeat). A lease whose
@@ -21,7 +21,7 @@ export async function extendLeases(
   const rows = await db`
     with held as (
       select j.id from conveyor_jobs j
-        join jsonb_to_recordset(${fenced(owner, leases)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state)
+        join ${fencedBatch(db, owner, leases)}
           on j.id = t.id and j.lease_version = t.version
          and j.lease_owner = t.owner and j.state = t.state
        for update of j skip locked
@@ -45,7 +45,7 @@ export async function releaseJobs(db: Db, owner: string, leases: Lease[]): Promi
     update conveyor_jobs j
        set state = 'available', attempts = greatest(j.attempts - 1, 0),
            run_at = now(), lease_expires_at = null
-      from jsonb_to_recordset(${fenced(owner, leases)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state)
+      from ${fencedBatch(db, owner, leases)}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;

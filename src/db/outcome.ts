@@ -1,6 +1,6 @@
 import type { AttemptError, JobState } from "../job.ts";
 import type { JsonValue } from "../json.ts";
-import { type Db, fenced, type Lease } from "./db.ts";
+import { type Db, fencedBatch, type Lease } from "./db.ts";
 
 // Every statement here is one fenced write (spec: Complete, Fail, Snooze,
 // Cancel), with the guard of db.ts `fenced`: id, version, owner and state
@@ -22,7 +22,7 @@ export async function completeJobs(
   const rows = await db`
     update conveyor_jobs j
        set state = 'completed', result = t.result, finalized_at = now(), lease_expires_at = null
-      from jsonb_to_recordset(${fenced(owner, items)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state, result jsonb)
+      from ${fencedBatch(db, owner, items, db`, result jsonb`)}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
@@ -56,7 +56,8 @@ export async function failJobs(
            finalized_at = case when t.discard or j.attempts >= j.max_attempts then now() end,
            errors = j.errors || jsonb_build_array(t.error),
            lease_expires_at = null
-      from jsonb_to_recordset(${fenced(
+      from ${fencedBatch(
+        db,
         owner,
         items.map((f) => ({
           id: f.id,
@@ -65,7 +66,8 @@ export async function failJobs(
           delay_ms: f.retryDelayMs,
           discard: f.discard === true,
         })),
-      )}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state, error jsonb, delay_ms float8, discard boolean)
+        db`, error jsonb, delay_ms float8, discard boolean`,
+      )}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state
     returning j.id, j.state`;
@@ -86,10 +88,12 @@ export async function snoozeJobs(db: Db, owner: string, items: Snooze[]): Promis
     update conveyor_jobs j
        set state = 'available', run_at = now() + t.delay_ms * interval '1 millisecond',
            max_attempts = j.max_attempts + 1, lease_expires_at = null
-      from jsonb_to_recordset(${fenced(
+      from ${fencedBatch(
+        db,
         owner,
         items.map((s) => ({ id: s.id, version: s.version, delay_ms: s.delayMs })),
-      )}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state, delay_ms float8)
+        db`, delay_ms float8`,
+      )}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
@@ -111,7 +115,7 @@ export async function cancelLeasedJobs(
     update conveyor_jobs j
        set state = 'cancelled', finalized_at = now(), lease_expires_at = null,
            errors = j.errors || jsonb_build_array(t.error)
-      from jsonb_to_recordset(${fenced(owner, items)}::text::jsonb) as t(id bigint, version bigint, owner text, state conveyor_job_state, error jsonb)
+      from ${fencedBatch(db, owner, items, db`, error jsonb`)}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
@@ -140,10 +144,9 @@ export async function selectCompletedBy(
 ): Promise<Set<string>> {
   if (leases.length === 0) return new Set();
   const rows = await db`
-    select j.id from conveyor_jobs j
-      join jsonb_to_recordset(${JSON.stringify(leases)}::text::jsonb) as t(id bigint, version bigint)
-        on j.id = t.id and j.lease_version = t.version
-     where j.lease_owner = ${owner} and j.state = 'completed'`;
+    select j.id from ${fencedBatch(db, owner, leases)}
+      join conveyor_jobs j on j.id = t.id and j.lease_version = t.version
+     where j.lease_owner = t.owner and j.state = 'completed'`;
   return new Set(rows.map((r) => String(r.id)));
 }
 
@@ -190,8 +193,7 @@ export async function snoozed(db: Db, lease: Lease, attempt: number): Promise<bo
 export async function lockLeasedJobs(db: Db, owner: string, leases: Lease[]): Promise<Set<string>> {
   if (leases.length === 0) return new Set();
   const rows = await db`
-    select j.id from jsonb_to_recordset(${fenced(owner, leases)}::text::jsonb)
-             as t(id bigint, version bigint, owner text, state conveyor_job_state)
+    select j.id from ${fencedBatch(db, owner, leases)}
       join conveyor_jobs j
         on j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state

@@ -1,0 +1,140 @@
+// Fenced writes probe conveyor_jobs by primary key, whatever the table's
+// size: a hash join over a sequential scan (which the planner preferred for
+// tables under some 20,000 rows, src/db/db.ts fencedBatch) read the whole
+// table for every completion and heartbeat.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Db, Lease } from "../src/db/db.ts";
+import { fetchJobs } from "../src/db/fetch.ts";
+import { extendLeases, releaseJobs } from "../src/db/lease.ts";
+import {
+  cancelLeasedJobs,
+  completeJobs,
+  failJobs,
+  lockLeasedJobs,
+  selectCompletedBy,
+  snoozeJobs,
+} from "../src/db/outcome.ts";
+import { type TestDb, testDatabase } from "./harness.ts";
+
+const OWNER = "plans-worker";
+const ROWS = 5_000;
+const err = { attempt: 1, at: new Date().toISOString(), name: "E", message: "m" };
+
+let db: TestDb;
+let leases: Lease[];
+beforeAll(async () => {
+  db = await testDatabase();
+  // A table as a young installation has it: some thousands of rows, never analyzed.
+  await db.sql`
+    insert into conveyor_jobs (queue, kind, payload)
+    select 'plans', 'k', jsonb_build_object('i', g) from generate_series(1, ${ROWS}::int) g`;
+  const rows = await fetchJobs(db.sql, {
+    queue: "plans",
+    owner: OWNER,
+    limit: 3,
+    leaseMs: 60_000,
+    kinds: ["k"],
+  });
+  leases = rows.map((r) => ({ id: r.id, version: Number(r.lease_version) }));
+  expect(leases).toHaveLength(3);
+});
+afterAll(async () => {
+  await db.drop();
+});
+
+class Rollback extends Error {}
+
+const scanCounts = async (tx: Db) => {
+  const [s] = await tx`
+    select seq_scan::int as seq, idx_scan::int as idx
+      from pg_stat_xact_user_tables where relname = 'conveyor_jobs'`;
+  return { seq: Number(s?.seq), idx: Number(s?.idx) };
+};
+
+/**
+ * Scans of conveyor_jobs by `write`, in a transaction that is then rolled
+ * back: the difference of the backend's counts around it (they may include
+ * earlier statements not yet reported).
+ */
+async function scansBy(write: (tx: Db) => Promise<{ size: number }>) {
+  let scans: { seq: number; idx: number; changed: number } | undefined;
+  await db.sql
+    .begin(async (tx) => {
+      const before = await scanCounts(tx);
+      const out = await write(tx);
+      const after = await scanCounts(tx);
+      scans = { seq: after.seq - before.seq, idx: after.idx - before.idx, changed: out.size };
+      throw new Rollback();
+    })
+    .catch((e) => {
+      if (!(e instanceof Rollback)) throw e;
+    });
+  if (!scans) throw new Error("no scan counts");
+  return scans;
+}
+
+const writes: [string, (tx: Db, batch: Lease[]) => Promise<{ size: number }>][] = [
+  ["completeJobs", (tx, b) => completeJobs(tx, OWNER, b)],
+  [
+    "failJobs",
+    (tx, b) =>
+      failJobs(
+        tx,
+        OWNER,
+        b.map((l) => ({ ...l, error: err, retryDelayMs: 1_000 })),
+      ),
+  ],
+  [
+    "snoozeJobs",
+    (tx, b) =>
+      snoozeJobs(
+        tx,
+        OWNER,
+        b.map((l) => ({ ...l, delayMs: 1_000 })),
+      ),
+  ],
+  [
+    "cancelLeasedJobs",
+    (tx, b) =>
+      cancelLeasedJobs(
+        tx,
+        OWNER,
+        b.map((l) => ({ ...l, error: err })),
+      ),
+  ],
+  ["lockLeasedJobs", (tx, b) => lockLeasedJobs(tx, OWNER, b)],
+  ["extendLeases", (tx, b) => extendLeases(tx, OWNER, b, 60_000)],
+  ["releaseJobs", (tx, b) => releaseJobs(tx, OWNER, b)],
+];
+
+describe(`fenced writes on ${ROWS.toLocaleString("en-US")} rows probe the primary key`, () => {
+  for (const [name, write] of writes) {
+    for (const size of [1, 3]) {
+      test(`${name}, ${size} lease(s)`, async () => {
+        const scans = await scansBy((tx) => write(tx, leases.slice(0, size)));
+        expect(scans.changed).toBe(size);
+        expect(scans.seq).toBe(0);
+        expect(scans.idx).toBeGreaterThanOrEqual(1);
+      });
+    }
+  }
+
+  test("selectCompletedBy", async () => {
+    let scans: { seq: number; idx: number } | undefined;
+    await db.sql
+      .begin(async (tx) => {
+        await completeJobs(tx, OWNER, leases);
+        const before = await scanCounts(tx);
+        const done = await selectCompletedBy(tx, OWNER, leases);
+        const after = await scanCounts(tx);
+        expect(done.size).toBe(leases.length);
+        scans = { seq: after.seq - before.seq, idx: after.idx - before.idx };
+        throw new Rollback();
+      })
+      .catch((e) => {
+        if (!(e instanceof Rollback)) throw e;
+      });
+    expect(scans?.seq).toBe(0);
+    expect(scans?.idx).toBeGreaterThanOrEqual(1);
+  });
+});
