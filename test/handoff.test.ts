@@ -68,10 +68,21 @@ async function idleWorker(
     logger: silentLogger,
   });
   await worker.start();
-  await idle(sql, queue).catch(async (error) => {
-    await worker.stop();
-    throw error;
-  });
+  // Idle after the fetch that LISTEN's first connection triggers, too: else
+  // that fetch may come after the test has counted the fetches so far.
+  const listening = async () => {
+    const [r] = await sql`
+      select count(*)::int as n from pg_stat_activity
+       where datname = current_database() and query ilike 'listen %'`;
+    return Number(r?.n) > 0;
+  };
+  await until(listening)
+    .then(() => Bun.sleep(20))
+    .then(() => idle(sql, queue))
+    .catch(async (error) => {
+      await worker.stop();
+      throw error;
+    });
   return { worker, seen, tokens };
 }
 

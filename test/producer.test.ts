@@ -176,10 +176,9 @@ test("a producer offers a hand-off only while idle, and stop() waits for one in 
   await Bun.sleep(100); // the first fetch: nothing there
   expect(producer.takeHandOff("other-kind")).toBeUndefined();
   const first = producer.takeHandOff("k");
-  const second = producer.takeHandOff("k");
   expect(first?.owner).toBe("W");
-  expect(producer.takeHandOff("k")).toBeUndefined(); // both slots reserved
-  second?.release();
+  // A second would leave no slot for a fetch (half a fetch batch, here 1).
+  expect(producer.takeHandOff("k")).toBeUndefined();
   let stopped = false;
   const stopping = producer.stop().then(() => {
     stopped = true;
@@ -206,4 +205,42 @@ test("a producer offers a hand-off only while idle, and stop() waits for one in 
   });
   await stopping;
   expect(ran).toEqual(["42"]); // delivered before stop() returned: it ran
+});
+
+test("hand-offs in flight leave a fetch its slots: jobs they missed still run", async () => {
+  const ran: string[] = [];
+  const producer = createProducer({
+    sql: db.sql,
+    queue: "handoff-room",
+    owner: "W",
+    kinds: ["k"],
+    concurrency: 10,
+    fetchBatch: 10,
+    leaseMs: 30_000,
+    pollIntervalMs: 60_000,
+    execute: async (row, _leaseMs, handlerDone) => {
+      ran.push(row.id);
+      handlerDone();
+    },
+    logger: silentLogger,
+    events: createEvents(),
+  });
+  producer.start();
+  await Bun.sleep(100); // the first fetch: nothing there, so the producer is idle
+  // Enqueues whose inserts have not returned (a busy pool, a slow commit) hold
+  // their slots; offers stop while 5 (half a fetch batch) are left.
+  const held = [];
+  for (let h = producer.takeHandOff("k"); h; h = producer.takeHandOff("k")) held.push(h);
+  expect(held).toHaveLength(5);
+  // Jobs that were not handed off: a wake-up fetches them at once.
+  const jobs = await enqueueMany(
+    db.sql,
+    [1, 2, 3].map((i) => ({ queue: "handoff-room", kind: "k", payload: { i } })),
+  );
+  producer.wake();
+  const deadline = Date.now() + 5_000;
+  while (ran.length < 3 && Date.now() < deadline) await Bun.sleep(10);
+  expect(ran.sort()).toEqual(jobs.map((j) => j.job.id).sort());
+  for (const h of held) h.release();
+  await producer.stop();
 });

@@ -10,9 +10,10 @@
 // is fenced as usual, and a lease nobody learns of (the insert's reply lost,
 // the process gone) expires, and the reaper makes the job runnable again.
 //
-// A worker offers a slot only when it is idle by its own account: a free
-// slot, no fetch in flight, and its last fetch came back short. A job enqueued
-// here may then start before older jobs the worker has not yet heard of (from
+// A worker offers a slot only when it is idle by its own account: no fetch in
+// flight, its last fetch came back short, and a free slot that leaves half a
+// fetch batch free (src/worker/producer.ts takeHandOff). A job enqueued here
+// may then start before older jobs the worker has not yet heard of (from
 // other processes, or scheduled ones coming due); like any fetch, a hand-off
 // never waits for them. A paused queue's job is inserted 'available' and the
 // slot given back.

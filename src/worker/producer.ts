@@ -60,8 +60,8 @@ export interface Producer {
   runOnce(): Promise<number>;
   /**
    * Reserves a slot for a job this process is enqueuing, if this producer is
-   * idle: running, a free slot, no fetch in flight, and the last fetch came
-   * back short (src/db/handoff.ts).
+   * idle: running, no fetch in flight, the last fetch came back short, and a
+   * free slot that leaves enough free for a fetch (src/db/handoff.ts).
    */
   takeHandOff(kind: string): HandOff | undefined;
 }
@@ -85,6 +85,11 @@ export function createProducer(o: ProducerOptions): Producer {
   let retryTimer: ReturnType<typeof setTimeout> | undefined;
 
   const free = () => o.concurrency - active - reserved;
+  // Whether a fetch may go with `f` slots free: when idle, for any; else only
+  // for a worthwhile batch (one round trip per freed slot would cost more
+  // than the jobs themselves).
+  const worthFetching = (f: number) =>
+    f > 0 && (active + reserved === 0 || f >= Math.ceil(o.fetchBatch / 2));
 
   const fetchOnce = async (): Promise<number> => {
     const slots = free();
@@ -144,10 +149,7 @@ export function createProducer(o: ProducerOptions): Producer {
     // Back-pressure: while more outcomes wait to be written than we may run,
     // the database is the bottleneck; fetching more would only hold leases.
     if (unwritten - active > o.concurrency) return;
-    // Wait for a worthwhile batch unless idle: one round trip per freed slot
-    // would cost more than the jobs themselves.
-    const f = free();
-    if (f <= 0 || (active + reserved > 0 && f < Math.ceil(o.fetchBatch / 2))) return;
+    if (!worthFetching(free())) return;
     const p = fetchOnce();
     inFlight.add(p);
     p.catch((error) => {
@@ -212,9 +214,14 @@ export function createProducer(o: ProducerOptions): Producer {
     },
     runOnce: () => fetchOnce(),
     takeHandOff(kind) {
-      if (stopped || backlog || inFlight.size > 0 || free() <= 0 || !o.kinds.includes(kind)) {
-        return undefined;
-      }
+      if (stopped || backlog || inFlight.size > 0 || !o.kinds.includes(kind)) return undefined;
+      // Never the slots a fetch needs: hand-offs hold theirs until the insert
+      // returns, and enqueues waiting on a busy pool or a slow commit once
+      // held all of them, so that jobs the hand-off missed (and other
+      // processes' jobs) waited up to 0.5 s for a fetch the worker would
+      // not start.
+      const idle = active + reserved === 0;
+      if (!(idle ? free() > 0 : worthFetching(free() - 1))) return undefined;
       reserved++;
       let settle!: () => void;
       const settled = new Promise<void>((r) => (settle = r));
