@@ -1,8 +1,10 @@
 // Renders a results file into bench/README.md (between the results markers)
 // and bench/throughput.svg. `bun bench/render.ts [results/benchmarks-….json]`;
 // without an argument, the newest full-profile file in results/.
+
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { ENQUEUE_POOL } from "./lib/driver.ts";
 import { ROOT } from "./lib/environment.ts";
 import type { SystemId } from "./lib/protocol.ts";
 import { round } from "./lib/stats.ts";
@@ -31,6 +33,7 @@ export interface ResultsDoc {
     version: string;
     settings: Record<string, string | number>;
     commitLatencyMs?: { p50: number; p99: number };
+    commitLatencyAtRateMs?: Record<string, { p50: number; p99: number }>;
   };
   redis: {
     machine: Record<string, string> | null;
@@ -299,7 +302,13 @@ export function renderMarkdown(doc: ResultsDoc): string {
       .join(", ")}. ` +
       (doc.postgres.commitLatencyMs
         ? `One-row insert commit on one connection (the disk's flush cost): p50 ${doc.postgres.commitLatencyMs.p50} ms, p99 ${doc.postgres.commitLatencyMs.p99} ms.`
-        : ""),
+        : "") +
+      Object.entries(doc.postgres.commitLatencyAtRateMs ?? {})
+        .map(
+          ([rate, c]) =>
+            ` The same commit issued at ${Number(rate).toLocaleString("en-US")}/s from ${ENQUEUE_POOL} connections, as the latency phase enqueues (the floor of any enqueue that is durable when acknowledged): p50 ${c.p50} ms, p99 ${c.p99} ms.`,
+        )
+        .join(""),
     `Redis: machine's (${r.machine ? `appendonly=${r.machine.appendonly}, appendfsync=${r.machine.appendfsync}, save="${r.machine.save}"` : "unavailable"}); ` +
       `private durable one ${r.durable ? "(appendonly=yes, appendfsync=always)" : "not run"}.`,
     ...(doc.notes.length ? [`Notes: ${doc.notes.join("; ")}.`] : []),

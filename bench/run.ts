@@ -16,6 +16,7 @@ import { parseArgs } from "node:util";
 import { findNode, machine, ROOT, versions } from "./lib/environment.ts";
 import { RESULT_PREFIX, type Result, type SettingValues, type Task } from "./lib/protocol.ts";
 import {
+  type BenchPostgres,
   type BenchRedis,
   connectRedis,
   PG_SETTINGS,
@@ -75,6 +76,14 @@ const log = (line: string) => process.stderr.write(`${line}\n`);
 const fmt = (v: number | undefined) =>
   v === undefined || !Number.isFinite(v) ? "n/a" : Math.round(v).toLocaleString("en-US");
 
+/** The durable-commit floor at each latency phase's rate (only if that phase runs). */
+async function commitsAtRates(pg: BenchPostgres, p: Profile) {
+  const out: Record<string, { p50: number; p99: number }> = {};
+  if (!phases.has("latency")) return out;
+  for (const { rate, n } of p.latency) out[String(rate)] = await pg.commitLatencyAt(rate, n);
+  return out;
+}
+
 async function main() {
   const node = findNode();
   const file = resultsPath();
@@ -117,6 +126,7 @@ async function main() {
       version: await pg.version(),
       settings: PG_SETTINGS,
       commitLatencyMs: await pg.commitLatency(),
+      commitLatencyAtRateMs: await commitsAtRates(pg, profile),
     },
     redis: {
       machine: machineRedis ? { url: machineRedis.url, ...(await machineRedis.describe()) } : null,

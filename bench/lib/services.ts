@@ -13,6 +13,7 @@ import {
   freePort,
   startEmbeddedPostgres,
 } from "../../src/embedded-postgres.ts";
+import { ENQUEUE_POOL } from "./driver.ts";
 import { round, summarize } from "./stats.ts";
 
 /**
@@ -44,6 +45,12 @@ export interface BenchPostgres {
   version(): Promise<string>;
   /** Median and p99 ms of single-row insert commits on one connection: the disk's fsync cost. */
   commitLatency(count?: number): Promise<{ p50: number; p99: number }>;
+  /**
+   * The same commit issued on a schedule, as the latency phase enqueues
+   * (open loop, `rate` per second, from a pool like its clients'): the floor
+   * of any enqueue that is durable before it is acknowledged.
+   */
+  commitLatencyAt(rate: number, count: number): Promise<{ p50: number; p99: number }>;
   stop(): Promise<void>;
 }
 
@@ -79,6 +86,40 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
           await db`insert into commit_probe default values`;
           times.push(performance.now() - t);
         }
+        const s = summarize(times);
+        return { p50: round(s.p50, 3), p99: round(s.p99, 3) };
+      } finally {
+        await db.end({ timeout: 5 });
+      }
+    },
+    async commitLatencyAt(rate, count) {
+      await reset();
+      const db = postgres(cluster.urlFor(BENCH_DB), { max: ENQUEUE_POOL, onnotice: () => {} });
+      try {
+        await db`create table commit_probe (id bigint generated always as identity, at timestamptz default now())`;
+        // Every connection opened before the clock starts.
+        await Promise.all(
+          Array.from({ length: ENQUEUE_POOL }, () => db`insert into commit_probe default values`),
+        );
+        const times: number[] = [];
+        const inflight: Promise<void>[] = [];
+        const interval = 1_000 / rate;
+        const begin = performance.now();
+        for (let issued = 0; issued < count; ) {
+          const due = Math.min(count, Math.floor((performance.now() - begin) / interval) + 1);
+          for (; issued < due; issued++) {
+            const t = performance.now();
+            inflight.push(
+              db`insert into commit_probe default values`.then(() => {
+                times.push(performance.now() - t);
+              }),
+            );
+          }
+          // setTimeout, not Bun.sleep: Bun.sleep returns at once for less than 1 ms.
+          const next = begin + issued * interval - performance.now();
+          await new Promise((r) => setTimeout(r, Math.max(0, Math.min(next, 5))));
+        }
+        await Promise.all(inflight);
         const s = summarize(times);
         return { p50: round(s.p50, 3), p99: round(s.p99, 3) };
       } finally {

@@ -218,7 +218,7 @@ export function createProducer(o: ProducerOptions): Producer {
       // Never the slots a fetch needs: hand-offs hold theirs until the insert
       // returns, and enqueues waiting on a busy pool or a slow commit once
       // held all of them, so that jobs the hand-off missed (and other
-      // processes' jobs) waited up to 0.5 s for a fetch the worker would
+      // processes' jobs) waited over 0.4 s for a fetch the worker would
       // not start.
       const idle = active + reserved === 0;
       if (!(idle ? free() > 0 : worthFetching(free() - 1))) return undefined;
