@@ -312,31 +312,6 @@ describe("worker", () => {
     expect(token).toBe(2);
   });
 
-  test("start opens the pool's connections its loops use, before any job needs them", async () => {
-    const app = `warm-${Date.now().toString(36)}`;
-    const open = async () => {
-      const [r] = await db.sql`
-        select count(*)::int as n from pg_stat_activity where application_name = ${app}`;
-      return Number(r?.n);
-    };
-    // A pool of 6; 2 fetches + 2 completion batches + 4 effect transactions + 3 others want more.
-    const w = createWorker({
-      sql: db.connect({ max: 6, connection: { application_name: app } }),
-      queues: { [freshQueue()]: { concurrency: 10 } },
-      handlers: { k: () => {} },
-      listen: false,
-      pollIntervalMs: 60_000,
-      logger: silentLogger,
-    });
-    await w.start();
-    try {
-      await until(async () => (await open()) >= 6, 5_000);
-      expect(await open()).toBe(6); // capped by the pool's size
-    } finally {
-      await w.stop();
-    }
-  });
-
   test("invalid worker options are rejected with the field named", () => {
     expect(() => createWorker({ sql: db.sql, queues: {}, handlers: { k: () => {} } })).toThrow(
       /worker\.queues/,

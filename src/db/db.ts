@@ -73,17 +73,3 @@ export function fencedBatch<T extends Lease>(
                as r(id bigint, version bigint, owner text, state conveyor_job_state${columns ?? db``})
               limit ${items.length}) t`;
 }
-
-/**
- * Opens up to `n` of the pool's connections now, in the background.
- * postgres.js opens a connection when a query finds every open one busy, so
- * a pool opens under the first burst of load: each a new server process,
- * authentication and postgres.js's type query, on a machine already busy.
- * At 1,000 one-job enqueues a second with a worker in the same process, the
- * 30 connections of its two pools opening during the run put enqueue-to-start
- * p99 at 120-230 ms; opened beforehand, 13-18 ms (2 cores, two runs each).
- * Errors are ignored: every loop handles an unreachable database itself.
- */
-export function warmPool(pool: Pool, n: number): void {
-  for (let i = 0; i < n; i++) pool`select 1`.catch(() => {});
-}

@@ -3,7 +3,7 @@
 // drains them on stop.
 import { hostname } from "node:os";
 import { z } from "zod";
-import { type Pool, warmPool } from "../db/db.ts";
+import type { Pool } from "../db/db.ts";
 import { onHandOff } from "../db/handoff.ts";
 import { releaseJobs } from "../db/lease.ts";
 import { QUEUE_NAME_RE } from "../enqueue.ts";
@@ -13,13 +13,13 @@ import type { Handler, HandlerSpec } from "../handler.ts";
 import { jsonLogger, type Logger } from "../logger.ts";
 import { DEFAULT_BACKOFF } from "../retry.ts";
 import { parseOrThrow } from "../validate.ts";
-import { COMPLETER_CONCURRENCY, createCompleter } from "./completer.ts";
+import { createCompleter } from "./completer.ts";
 import { createEffectRunner, EFFECT_GROUP_MAX } from "./effects.ts";
 import { abortExecution, type Execution } from "./execution.ts";
 import { createExecutor } from "./executor.ts";
 import { createHeartbeat } from "./heartbeat.ts";
 import { withDeadline } from "./loop.ts";
-import { createProducer, MAX_FETCHES_IN_FLIGHT, type Producer } from "./producer.ts";
+import { createProducer, type Producer } from "./producer.ts";
 import { createReaper } from "./reaper.ts";
 import { listenForJobs, type Wakeup } from "./wakeup.ts";
 
@@ -287,20 +287,6 @@ export function createWorker(options: WorkerOptions): Worker {
     async start() {
       if (started) return;
       started = true;
-      // The connections the loops may use at once, opened before the first
-      // burst needs them: each queue's fetches, the completer's batches, the
-      // shared effect transactions, and the heartbeat, reaper and outcome
-      // writes. The pool's size caps it; LISTEN has a connection of its own.
-      warmPool(
-        sql,
-        Math.min(
-          sql.options.max,
-          queueEntries.length * MAX_FETCHES_IN_FLIGHT +
-            COMPLETER_CONCURRENCY +
-            o.effectConcurrency +
-            3,
-        ),
-      );
       if (o.listen) {
         wakeup = listenForJobs(
           sql,
