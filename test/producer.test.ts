@@ -152,15 +152,16 @@ test("any concurrency, fetch size and backlog: each job leased once, at most fet
   await sql.end({ timeout: 5 });
 }, 60_000);
 
-test("a producer offers a hand-off only while idle, and stop() waits for one in flight", async () => {
+/** A producer of kind "k" that polls once a minute and records the ids of the jobs it runs. */
+function recordingProducer(queue: string, concurrency: number) {
   const ran: string[] = [];
   const producer = createProducer({
     sql: db.sql,
-    queue: "handoff-stop",
+    queue,
     owner: "W",
     kinds: ["k"],
-    concurrency: 2,
-    fetchBatch: 2,
+    concurrency,
+    fetchBatch: concurrency,
     leaseMs: 30_000,
     pollIntervalMs: 60_000,
     execute: async (row, _leaseMs, handlerDone) => {
@@ -170,6 +171,11 @@ test("a producer offers a hand-off only while idle, and stop() waits for one in 
     logger: silentLogger,
     events: createEvents(),
   });
+  return { producer, ran };
+}
+
+test("a producer offers a hand-off only while idle, and stop() waits for one in flight", async () => {
+  const { producer, ran } = recordingProducer("handoff-stop", 2);
   // Before its first fetch came back short, a producer may have a backlog: no offer.
   expect(producer.takeHandOff("k")).toBeUndefined();
   producer.start();
@@ -208,23 +214,7 @@ test("a producer offers a hand-off only while idle, and stop() waits for one in 
 });
 
 test("hand-offs in flight leave a fetch its slots: jobs they missed still run", async () => {
-  const ran: string[] = [];
-  const producer = createProducer({
-    sql: db.sql,
-    queue: "handoff-room",
-    owner: "W",
-    kinds: ["k"],
-    concurrency: 10,
-    fetchBatch: 10,
-    leaseMs: 30_000,
-    pollIntervalMs: 60_000,
-    execute: async (row, _leaseMs, handlerDone) => {
-      ran.push(row.id);
-      handlerDone();
-    },
-    logger: silentLogger,
-    events: createEvents(),
-  });
+  const { producer, ran } = recordingProducer("handoff-room", 10);
   producer.start();
   await Bun.sleep(100); // the first fetch: nothing there, so the producer is idle
   // Enqueues whose inserts have not returned (a busy pool, a slow commit) hold

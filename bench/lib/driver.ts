@@ -53,7 +53,36 @@ export interface Adapter {
 export const ENQUEUE_POOL = 20;
 
 export const nowMs = () => performance.timeOrigin + performance.now();
+// setTimeout, not Bun.sleep: Bun.sleep returns at once for less than 1 ms.
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/**
+ * Calls issue(0 .. count-1) on a fixed schedule, `rate` per second, open
+ * loop: a slow call does not delay the next. Waits for every call; returns
+ * the schedule's start and the time of the last issue (epoch ms).
+ */
+export async function openLoop(
+  rate: number,
+  count: number,
+  issue: (i: number, at: number) => Promise<void>,
+): Promise<{ begin: number; lastIssue: number }> {
+  const interval = 1_000 / rate;
+  const inflight: Promise<void>[] = [];
+  const begin = nowMs();
+  let issued = 0;
+  let lastIssue = begin;
+  while (issued < count) {
+    const due = Math.min(count, Math.floor((nowMs() - begin) / interval) + 1);
+    while (issued < due) {
+      lastIssue = nowMs();
+      inflight.push(issue(issued++, lastIssue));
+    }
+    const next = begin + issued * interval - nowMs();
+    await sleep(Math.max(0, Math.min(next, 5)));
+  }
+  await Promise.all(inflight);
+  return { begin, lastIssue };
+}
 
 /** Polls `check` every intervalMs until it returns true; throws after timeoutMs. */
 export async function pollUntil(
@@ -184,30 +213,15 @@ async function latency(task: Task, a: Adapter): Promise<Result> {
   await Promise.all(Array.from({ length: ENQUEUE_POOL }, () => a.enqueueOne({ i: -1 })));
   await started.reach(ENQUEUE_POOL);
   await sleep(200);
-  const interval = 1_000 / rate;
-  const inflight: Promise<void>[] = [];
   const errors: unknown[] = [];
-  const begin = nowMs();
-  let issued = 0;
-  let lastIssue = begin;
-  while (issued < total) {
-    const due = Math.min(total, Math.floor((nowMs() - begin) / interval) + 1);
-    while (issued < due) {
-      const i = issued++;
-      lastIssue = nowMs();
-      inflight.push(
-        a.enqueueOne({ i, t0: lastIssue }).then(
-          () => {
-            ackAt[i] = nowMs();
-          },
-          (e) => void errors.push(e),
-        ),
-      );
-    }
-    const next = begin + issued * interval - nowMs();
-    await sleep(Math.max(0, Math.min(next, 5)));
-  }
-  await Promise.all(inflight);
+  const { begin, lastIssue } = await openLoop(rate, total, (i, at) =>
+    a.enqueueOne({ i, t0: at }).then(
+      () => {
+        ackAt[i] = nowMs();
+      },
+      (e) => void errors.push(e),
+    ),
+  );
   if (errors.length > 0) throw errors[0];
   await started.reach(ENQUEUE_POOL + total);
   await a.close();

@@ -13,7 +13,7 @@ import {
   freePort,
   startEmbeddedPostgres,
 } from "../../src/embedded-postgres.ts";
-import { ENQUEUE_POOL } from "./driver.ts";
+import { ENQUEUE_POOL, openLoop } from "./driver.ts";
 import { round, summarize } from "./stats.ts";
 
 /**
@@ -102,24 +102,11 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
           Array.from({ length: ENQUEUE_POOL }, () => db`insert into commit_probe default values`),
         );
         const times: number[] = [];
-        const inflight: Promise<void>[] = [];
-        const interval = 1_000 / rate;
-        const begin = performance.now();
-        for (let issued = 0; issued < count; ) {
-          const due = Math.min(count, Math.floor((performance.now() - begin) / interval) + 1);
-          for (; issued < due; issued++) {
-            const t = performance.now();
-            inflight.push(
-              db`insert into commit_probe default values`.then(() => {
-                times.push(performance.now() - t);
-              }),
-            );
-          }
-          // setTimeout, not Bun.sleep: Bun.sleep returns at once for less than 1 ms.
-          const next = begin + issued * interval - performance.now();
-          await new Promise((r) => setTimeout(r, Math.max(0, Math.min(next, 5))));
-        }
-        await Promise.all(inflight);
+        await openLoop(rate, count, async () => {
+          const t = performance.now();
+          await db`insert into commit_probe default values`;
+          times.push(performance.now() - t);
+        });
         const s = summarize(times);
         return { p50: round(s.p50, 3), p99: round(s.p99, 3) };
       } finally {
