@@ -55,6 +55,15 @@ export const SYSTEMS: SystemSpec[] = [
       "c500-e4": { concurrency: 500, fetchBatch: 250, poolMax: 10, effectConcurrency: 4 },
       "c1000-e8": { concurrency: 1000, fetchBatch: 500, poolMax: 20, effectConcurrency: 8 },
       "c1000-e16": { concurrency: 1000, fetchBatch: 500, poolMax: 30, effectConcurrency: 16 },
+      // The same as c1000-e8 with a savepoint per job from the start: what the
+      // default's optimistic first pass saves.
+      "c1000-e8-sp": {
+        concurrency: 1000,
+        fetchBatch: 500,
+        poolMax: 20,
+        effectConcurrency: 8,
+        effectIsolation: "savepoint",
+      },
     },
     latency: true,
     enqueue: true,

@@ -25,10 +25,13 @@ export interface JobContext {
    * completed whatever the handler does next.
    *
    * Jobs whose transactions arrive together share one transaction and one
-   * commit (worker option `effectBatch`), each `fn` in its own savepoint: a
-   * `fn` that throws rolls back only its own effect, and the promise rejects
-   * with its error. Keep `fn` to database work: while it runs, the jobs after
-   * it in the shared transaction wait.
+   * commit (worker option `effectBatch`). A `fn` that throws rolls back only
+   * its own effect, and the promise rejects with its error: by default the
+   * shared transaction then rolls back whole and runs again with each `fn` in
+   * its own savepoint, so `fn` may run twice, and only its last run's writes
+   * can commit (worker option `effectIsolation: "savepoint"` runs each `fn`
+   * once, at a subtransaction per job). Keep `fn` to database work: while it
+   * runs, the jobs after it in the shared transaction wait.
    */
   transaction<T extends JsonValue | undefined>(fn: (tx: Db) => Promise<T>): Promise<T>;
 }

@@ -1,5 +1,7 @@
 // Shared effect transactions: several jobs' ctx.transaction() in one commit,
-// each fenced, each in its own savepoint.
+// each fenced; one job's failing fn undoes nothing of the others', whether
+// the group reruns with savepoints after a failure ("rerun", the default) or
+// runs with them from the start ("savepoint").
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import type { Lease } from "../src/db/db.ts";
@@ -8,7 +10,7 @@ import { reapExpiredLeases } from "../src/db/reap.ts";
 import { enqueueMany } from "../src/enqueue.ts";
 import { StaleLeaseError } from "../src/errors.ts";
 import { silentLogger } from "../src/logger.ts";
-import { createEffectRunner } from "../src/worker/effects.ts";
+import { createEffectRunner, EFFECT_ISOLATION } from "../src/worker/effects.ts";
 import { createWorker, type Worker } from "../src/worker/worker.ts";
 import { countingPool, type TestDb, testDatabase } from "./harness.ts";
 
@@ -98,73 +100,181 @@ async function jobRows() {
 }
 
 describe("shared effect transactions", () => {
-  test("in one group, a thrown fn, a failed statement and a lost lease touch only their own job", async () => {
-    const leases = await lease(6, [3]);
-    const runner = createEffectRunner({ sql: db.sql, owner: "A", maxGroup: 60, concurrency: 1 });
-    const [l0, l1, l2, l3, l4, l5] = leases as [Lease, Lease, Lease, Lease, Lease, Lease];
-    const gate = blocker();
-    const first = runner.run(l0, gate.fn, gate.onStart);
-    await gate.begun;
-    let stolenRan = false;
-    const results = [
-      runner.run(l1, async (tx) => {
-        await tx`insert into effect_ledger values (${l1.id}, 'ok')`;
-        return { paid: 1 };
-      }),
-      runner.run(l2, async (tx) => {
-        await tx`insert into effect_ledger values (${l2.id}, 'then throws')`;
-        throw new Error("handler bug");
-      }),
-      runner.run(l3, async (tx) => {
-        stolenRan = true;
-        await tx`insert into effect_ledger values (${l3.id}, 'zombie')`;
-        return undefined;
-      }),
-      runner.run(l4, async (tx) => {
-        await tx`insert into effect_ledger values (${l4.id}, 'dup')`;
-        await tx`insert into effect_ledger values (${l4.id}, 'dup')`; // unique violation
-        return undefined;
-      }),
-      runner.run(l5, async (tx) => {
-        await tx`insert into effect_ledger values (${l5.id}, 'ok')`;
-        return undefined;
-      }),
-    ];
-    expect(runner.pending).toBe(5);
-    gate.release();
-    const settled = await Promise.allSettled([first, ...results]);
+  test.each(EFFECT_ISOLATION)(
+    "%s: in one group, a thrown fn, a failed statement and a lost lease touch only their own job",
+    async (isolation) => {
+      const leases = await lease(6, [3]);
+      const runner = createEffectRunner({
+        sql: db.sql,
+        owner: "A",
+        maxGroup: 60,
+        concurrency: 1,
+        isolation,
+      });
+      const [l0, l1, l2, l3, l4, l5] = leases as [Lease, Lease, Lease, Lease, Lease, Lease];
+      const gate = blocker();
+      const first = runner.run(l0, gate.fn, gate.onStart);
+      await gate.begun;
+      let stolenRan = false;
+      const results = [
+        runner.run(l1, async (tx) => {
+          await tx`insert into effect_ledger values (${l1.id}, 'ok')`;
+          return { paid: 1 };
+        }),
+        runner.run(l2, async (tx) => {
+          await tx`insert into effect_ledger values (${l2.id}, 'then throws')`;
+          throw new Error("handler bug");
+        }),
+        runner.run(l3, async (tx) => {
+          stolenRan = true;
+          await tx`insert into effect_ledger values (${l3.id}, 'zombie')`;
+          return undefined;
+        }),
+        runner.run(l4, async (tx) => {
+          await tx`insert into effect_ledger values (${l4.id}, 'dup')`;
+          await tx`insert into effect_ledger values (${l4.id}, 'dup')`; // unique violation
+          return undefined;
+        }),
+        runner.run(l5, async (tx) => {
+          await tx`insert into effect_ledger values (${l5.id}, 'ok')`;
+          return undefined;
+        }),
+      ];
+      expect(runner.pending).toBe(5);
+      gate.release();
+      const settled = await Promise.allSettled([first, ...results]);
 
-    expect(settled.map((s) => s.status)).toEqual([
-      "fulfilled",
-      "fulfilled",
-      "rejected",
-      "rejected",
-      "rejected",
-      "fulfilled",
-    ]);
-    expect((settled[1] as PromiseFulfilledResult<unknown>).value).toEqual({ paid: 1 });
-    expect((settled[2] as PromiseRejectedResult).reason.message).toBe("handler bug");
-    expect((settled[3] as PromiseRejectedResult).reason).toBeInstanceOf(StaleLeaseError);
-    expect((settled[4] as PromiseRejectedResult).reason.code).toBe("23505");
-    expect(stolenRan).toBe(false);
+      expect(settled.map((s) => s.status)).toEqual([
+        "fulfilled",
+        "fulfilled",
+        "rejected",
+        "rejected",
+        "rejected",
+        "fulfilled",
+      ]);
+      expect((settled[1] as PromiseFulfilledResult<unknown>).value).toEqual({ paid: 1 });
+      expect((settled[2] as PromiseRejectedResult).reason.message).toBe("handler bug");
+      expect((settled[3] as PromiseRejectedResult).reason).toBeInstanceOf(StaleLeaseError);
+      expect((settled[4] as PromiseRejectedResult).reason.code).toBe("23505");
+      expect(stolenRan).toBe(false);
 
-    const ledger = await db.sql`select job_id, note from effect_ledger order by job_id`;
-    expect(ledger.map((r) => [String(r.job_id), r.note])).toEqual([
-      [l1.id, "ok"],
-      [l5.id, "ok"],
-    ]);
-    const rows = await jobRows();
-    expect(rows.get(l0.id)?.state).toBe("completed");
-    expect(rows.get(l1.id)?.state).toBe("completed");
-    expect(rows.get(l1.id)?.result).toEqual({ paid: 1 });
-    expect(rows.get(l5.id)?.state).toBe("completed");
-    // Failed effects leave the lease held, for the handler's own fail write.
-    expect(rows.get(l2.id)?.state).toBe("running");
-    expect(rows.get(l2.id)?.lease_owner).toBe("A");
-    expect(rows.get(l4.id)?.state).toBe("running");
-    // The new holder's lease is untouched.
-    expect(rows.get(l3.id)?.state).toBe("running");
-    expect(rows.get(l3.id)?.lease_owner).toBe("B");
+      const ledger = await db.sql`select job_id, note from effect_ledger order by job_id`;
+      expect(ledger.map((r) => [String(r.job_id), r.note])).toEqual([
+        [l1.id, "ok"],
+        [l5.id, "ok"],
+      ]);
+      const rows = await jobRows();
+      expect(rows.get(l0.id)?.state).toBe("completed");
+      expect(rows.get(l1.id)?.state).toBe("completed");
+      expect(rows.get(l1.id)?.result).toEqual({ paid: 1 });
+      expect(rows.get(l5.id)?.state).toBe("completed");
+      // Failed effects leave the lease held, for the handler's own fail write.
+      expect(rows.get(l2.id)?.state).toBe("running");
+      expect(rows.get(l2.id)?.lease_owner).toBe("A");
+      expect(rows.get(l4.id)?.state).toBe("running");
+      // The new holder's lease is untouched.
+      expect(rows.get(l3.id)?.state).toBe("running");
+      expect(rows.get(l3.id)?.lease_owner).toBe("B");
+    },
+  );
+
+  test("rerun: a group runs with no savepoint; after a failure it rolls back and runs again with one per fn", async () => {
+    const pool = await countingPool(db, /^\s*savepoint/i, { max: 2 });
+    try {
+      const runner = createEffectRunner({
+        sql: pool.sql,
+        owner: "A",
+        maxGroup: 60,
+        concurrency: 1,
+      });
+      const group = async (failAt: number | undefined) => {
+        const leases = await lease(6);
+        const gate = blocker();
+        const first = runner.run(leases[0] as Lease, gate.fn, gate.onStart);
+        await gate.begun;
+        const rest = leases.slice(1);
+        const runs = rest.map(() => 0);
+        const results = rest.map((l, i) =>
+          runner.run(l, async (tx) => {
+            runs[i] = (runs[i] as number) + 1;
+            await tx`insert into effect_ledger values (${l.id}, 'ok')`;
+            if (i === failAt) throw new Error("boom");
+            return { i };
+          }),
+        );
+        gate.release();
+        await first;
+        return { rest, runs, settled: await Promise.allSettled(results) };
+      };
+
+      const clean = await group(undefined);
+      expect(clean.settled.every((s) => s.status === "fulfilled")).toBe(true);
+      expect(clean.runs).toEqual([1, 1, 1, 1, 1]);
+      expect(pool.sent()).toBe(0);
+
+      const failed = await group(2);
+      expect(failed.settled.map((s) => s.status)).toEqual([
+        "fulfilled",
+        "fulfilled",
+        "rejected",
+        "fulfilled",
+        "fulfilled",
+      ]);
+      // The first pass stopped at the failing fn; the second ran all five.
+      expect(failed.runs).toEqual([2, 2, 2, 1, 1]);
+      expect(pool.sent()).toBe(5);
+      const ledger = (await db.sql`select job_id from effect_ledger`).map((r) => String(r.job_id));
+      const expected = [...clean.rest, ...failed.rest.filter((_, i) => i !== 2)].map((l) => l.id);
+      expect(ledger.sort()).toEqual(expected.sort());
+      const rows = await jobRows();
+      failed.rest.forEach((l, i) => {
+        expect(rows.get(l.id)?.state).toBe(i === 2 ? "running" : "completed");
+        if (i !== 2) expect(rows.get(l.id)?.result).toEqual({ i });
+      });
+    } finally {
+      await pool.close();
+    }
+  });
+
+  test("savepoint: every fn runs once, in its own savepoint", async () => {
+    const pool = await countingPool(db, /^\s*savepoint/i, { max: 2 });
+    try {
+      const runner = createEffectRunner({
+        sql: pool.sql,
+        owner: "A",
+        maxGroup: 60,
+        concurrency: 1,
+        isolation: "savepoint",
+      });
+      const leases = await lease(6);
+      const gate = blocker();
+      const first = runner.run(leases[0] as Lease, gate.fn, gate.onStart);
+      await gate.begun;
+      const runs = [0, 0, 0, 0, 0];
+      const results = leases.slice(1).map((l, i) =>
+        runner.run(l, async (tx) => {
+          runs[i] = (runs[i] as number) + 1;
+          await tx`insert into effect_ledger values (${l.id}, 'ok')`;
+          if (i === 2) throw new Error("boom");
+          return undefined;
+        }),
+      );
+      gate.release();
+      await first;
+      const settled = await Promise.allSettled(results);
+      expect(settled.map((s) => s.status)).toEqual([
+        "fulfilled",
+        "fulfilled",
+        "rejected",
+        "fulfilled",
+        "fulfilled",
+      ]);
+      expect(runs).toEqual([1, 1, 1, 1, 1]);
+      expect(pool.sent()).toBe(5);
+      expect((await db.sql`select count(*)::int as n from effect_ledger`)[0]?.n).toBe(4);
+    } finally {
+      await pool.close();
+    }
   });
 
   test("requests made in one turn of the event loop share one transaction, even with free slots", async () => {
@@ -212,54 +322,82 @@ describe("shared effect transactions", () => {
     for (const l of leases.slice(1)) expect(rows.get(l.id)?.state).toBe("running");
   });
 
-  test("property: an effect is committed exactly when its completion is, whatever the mix", async () => {
-    type Kind = "ok" | "result" | "throw" | "sqlError" | "stolen";
-    await fc.assert(
-      fc.asyncProperty(
-        fc.array(fc.constantFrom<Kind>("ok", "result", "throw", "sqlError", "stolen"), {
-          minLength: 1,
-          maxLength: 40,
-        }),
-        fc.integer({ min: 1, max: 60 }),
-        fc.integer({ min: 1, max: 4 }),
-        async (kinds, maxGroup, concurrency) => {
-          await db.sql`truncate conveyor_jobs, effect_ledger`;
-          const stolen = kinds.flatMap((k, i) => (k === "stolen" ? [i] : []));
-          const leases = await lease(kinds.length, stolen);
-          const runner = createEffectRunner({ sql: db.sql, owner: "A", maxGroup, concurrency });
-          const settled = await Promise.allSettled(
-            kinds.map((k, i) => {
+  test.each(EFFECT_ISOLATION)(
+    "%s, property: an effect is committed exactly when its completion is, whatever the mix",
+    async (isolation) => {
+      // caughtError: fn catches its own failed statement and returns normally;
+      // the transaction is aborted all the same, so the job must not complete.
+      type Kind = "ok" | "result" | "throw" | "sqlError" | "caughtError" | "stolen";
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(
+            fc.constantFrom<Kind>("ok", "result", "throw", "sqlError", "caughtError", "stolen"),
+            {
+              minLength: 1,
+              maxLength: 40,
+            },
+          ),
+          fc.integer({ min: 1, max: 60 }),
+          fc.integer({ min: 1, max: 4 }),
+          async (kinds, maxGroup, concurrency) => {
+            await db.sql`truncate conveyor_jobs, effect_ledger`;
+            const stolen = kinds.flatMap((k, i) => (k === "stolen" ? [i] : []));
+            const leases = await lease(kinds.length, stolen);
+            const runner = createEffectRunner({
+              sql: db.sql,
+              owner: "A",
+              maxGroup,
+              concurrency,
+              isolation,
+            });
+            const runs = kinds.map(() => 0);
+            const settled = await Promise.allSettled(
+              kinds.map((k, i) => {
+                const l = leases[i] as Lease;
+                return runner.run(l, async (tx) => {
+                  runs[i] = (runs[i] as number) + 1;
+                  await tx`insert into effect_ledger values (${l.id}, ${k})`;
+                  if (k === "throw") throw new Error("boom");
+                  if (k === "sqlError") await tx`select 1 / 0`;
+                  if (k === "caughtError") await tx`select 1 / 0`.catch(() => {});
+                  return k === "result" ? { i } : undefined;
+                });
+              }),
+            );
+            // A fn runs once, or in "rerun" twice when something failed in its
+            // group (groups are not visible here: anything failed at all).
+            const anyFailed = kinds.some(
+              (k) => k === "throw" || k === "sqlError" || k === "caughtError",
+            );
+            kinds.forEach((k, i) => {
+              if (k === "stolen") expect(runs[i]).toBe(0);
+              else if (isolation === "savepoint" || !anyFailed) expect(runs[i]).toBe(1);
+              else expect(runs[i]).toBeGreaterThanOrEqual(1);
+              expect(runs[i]).toBeLessThanOrEqual(2);
+            });
+            const ledger = new Set(
+              (await db.sql`select job_id from effect_ledger`).map((r) => String(r.job_id)),
+            );
+            const rows = await jobRows();
+            kinds.forEach((k, i) => {
               const l = leases[i] as Lease;
-              return runner.run(l, async (tx) => {
-                await tx`insert into effect_ledger values (${l.id}, ${k})`;
-                if (k === "throw") throw new Error("boom");
-                if (k === "sqlError") await tx`select 1 / 0`;
-                return k === "result" ? { i } : undefined;
-              });
-            }),
-          );
-          const ledger = new Set(
-            (await db.sql`select job_id from effect_ledger`).map((r) => String(r.job_id)),
-          );
-          const rows = await jobRows();
-          kinds.forEach((k, i) => {
-            const l = leases[i] as Lease;
-            const row = rows.get(l.id);
-            const s = settled[i] as PromiseSettledResult<unknown>;
-            const committed = k === "ok" || k === "result";
-            expect(s.status).toBe(committed ? "fulfilled" : "rejected");
-            expect(ledger.has(l.id)).toBe(committed);
-            expect(row?.state).toBe(committed ? "completed" : "running");
-            expect(row?.lease_owner).toBe(k === "stolen" ? "B" : "A");
-            if (k === "stolen")
-              expect((s as PromiseRejectedResult).reason).toBeInstanceOf(StaleLeaseError);
-            if (k === "result") expect(row?.result).toEqual({ i });
-          });
-        },
-      ),
-      { numRuns: 40 },
-    );
-  });
+              const row = rows.get(l.id);
+              const s = settled[i] as PromiseSettledResult<unknown>;
+              const committed = k === "ok" || k === "result";
+              expect(s.status).toBe(committed ? "fulfilled" : "rejected");
+              expect(ledger.has(l.id)).toBe(committed);
+              expect(row?.state).toBe(committed ? "completed" : "running");
+              expect(row?.lease_owner).toBe(k === "stolen" ? "B" : "A");
+              if (k === "stolen")
+                expect((s as PromiseRejectedResult).reason).toBeInstanceOf(StaleLeaseError);
+              if (k === "result") expect(row?.result).toEqual({ i });
+            });
+          },
+        ),
+        { numRuns: 40 },
+      );
+    },
+  );
 
   for (const effectBatch of [1, 50]) {
     test(`a worker's handlers with effectBatch ${effectBatch}: 300 jobs, each effect once`, async () => {

@@ -156,7 +156,7 @@ function bareAdapter(task: Task): Adapter {
   // The whole batch in one transaction: the fenced completion, then every
   // job's ledger row in one statement. One commit per batch is what a
   // hand-written loop would do; Conveyor's shared effect transactions come
-  // close to it, with a savepoint and the handler's own statement per job.
+  // close to it, with the handler's own statement per job.
   const ledgerTx = (jobs: Leased[]) =>
     sql.begin(async (tx) => {
       const n = await st.complete(tx, jobs);

@@ -16,6 +16,7 @@ import {
   silentLogger,
   type Worker,
 } from "../../src/index.ts";
+import type { EffectIsolation } from "../../src/worker/effects.ts";
 import { type Adapter, counter, ENQUEUE_POOL, main, type Payload } from "../lib/driver.ts";
 import type { Task } from "../lib/protocol.ts";
 
@@ -133,6 +134,9 @@ function conveyorAdapter(task: Task): Adapter {
         ...(s.effectConcurrency === undefined
           ? {}
           : { effectConcurrency: Number(s.effectConcurrency) }),
+        ...(s.effectIsolation === undefined
+          ? {}
+          : { effectIsolation: s.effectIsolation as EffectIsolation }),
         listen: true,
         logger: silentLogger,
       });

@@ -141,11 +141,22 @@ describe("config", () => {
   });
 
   test("effect sharing: defaults, and a batch beyond the subtransaction cache is refused", () => {
-    expect(load("").worker).toMatchObject({ effectBatch: 50, effectConcurrency: 4 });
+    expect(load("").worker).toMatchObject({
+      effectBatch: 50,
+      effectConcurrency: 4,
+      effectIsolation: "rerun",
+    });
     expect(load("[worker]\neffect_batch = 1\n").worker.effectBatch).toBe(1);
     const e = configError(() => load("[worker]\ngrace_ms = 5\neffect_batch = 61\n"));
     expect(e.path).toBe("worker.effect_batch");
     expect(e.line).toBe(3);
+    expect(load('[worker]\neffect_isolation = "savepoint"\n').worker.effectIsolation).toBe(
+      "savepoint",
+    );
+    const bad = configError(() => load('[worker]\n\neffect_isolation = "none"\n'));
+    expect(bad.path).toBe("worker.effect_isolation");
+    expect(bad.line).toBe(3);
+    expect(bad.message).toContain("savepoint");
   });
 
   test("a missing key points at its table's header", () => {

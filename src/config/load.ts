@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import type { z } from "zod";
 import { ConfigError } from "../errors.ts";
+import type { EffectIsolation } from "../worker/effects.ts";
 import { lineOf, syntaxErrorLine } from "./locate.ts";
 import {
   configSchema,
@@ -63,6 +64,7 @@ export interface DaemonConfig {
     heartbeatMs: number | undefined;
     effectBatch: number;
     effectConcurrency: number;
+    effectIsolation: EffectIsolation;
     handOff: boolean;
   };
   queues: Record<string, QueueConfig>;
@@ -244,6 +246,7 @@ export function resolveConfig(
       heartbeatMs: raw.worker.heartbeat_ms,
       effectBatch: raw.worker.effect_batch,
       effectConcurrency: raw.worker.effect_concurrency,
+      effectIsolation: raw.worker.effect_isolation,
       handOff: raw.worker.hand_off,
     },
     queues,

@@ -4,7 +4,7 @@ import { Cron } from "croner";
 import { z } from "zod";
 import { DEFAULT_MAX_ATTEMPTS, KIND_RE, QUEUE_NAME_RE } from "../enqueue.ts";
 import { DEFAULT_BACKOFF } from "../retry.ts";
-import { EFFECT_GROUP_MAX } from "../worker/effects.ts";
+import { EFFECT_GROUP_MAX, EFFECT_ISOLATION } from "../worker/effects.ts";
 import { DEFAULT_RETENTION_MS } from "../worker/pruner.ts";
 import {
   DEFAULT_CONCURRENCY,
@@ -89,6 +89,7 @@ const workerSchema = z
     heartbeat_ms: int(10, DAY_MS).optional(),
     effect_batch: int(1, EFFECT_GROUP_MAX).default(DEFAULT_EFFECT_BATCH),
     effect_concurrency: int(1, 64).default(DEFAULT_EFFECT_CONCURRENCY),
+    effect_isolation: z.enum(EFFECT_ISOLATION).default("rerun"),
     hand_off: z.boolean().default(true),
   })
   .strict();
@@ -169,6 +170,7 @@ export const configSchema = z
       grace_ms: DEFAULT_GRACE_MS,
       effect_batch: DEFAULT_EFFECT_BATCH,
       effect_concurrency: DEFAULT_EFFECT_CONCURRENCY,
+      effect_isolation: "rerun",
       hand_off: true,
     }),
     queues: z

@@ -173,6 +173,7 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
             ...(config.worker.heartbeatMs ? { heartbeatMs: config.worker.heartbeatMs } : {}),
             effectBatch: config.worker.effectBatch,
             effectConcurrency: config.worker.effectConcurrency,
+            effectIsolation: config.worker.effectIsolation,
             handOff: config.worker.handOff,
             reaper: false,
             logger,

@@ -14,7 +14,7 @@ import { jsonLogger, type Logger } from "../logger.ts";
 import { DEFAULT_BACKOFF } from "../retry.ts";
 import { parseOrThrow } from "../validate.ts";
 import { createCompleter } from "./completer.ts";
-import { createEffectRunner, EFFECT_GROUP_MAX } from "./effects.ts";
+import { createEffectRunner, EFFECT_GROUP_MAX, EFFECT_ISOLATION } from "./effects.ts";
 import { abortExecution, type Execution } from "./execution.ts";
 import { createExecutor } from "./executor.ts";
 import { createHeartbeat } from "./heartbeat.ts";
@@ -106,14 +106,21 @@ export const workerOptionsSchema = z
      */
     handOff: z.boolean().default(true),
     /**
-     * ctx.transaction(): most jobs whose effects share one transaction (each
-     * in its own savepoint), 1 for a transaction per job. One commit is one
+     * ctx.transaction(): most jobs whose effects share one transaction, 1 for
+     * a transaction per job. One commit is one
      * WAL flush, so sharing is what lets effects run faster than the disk
      * flushes.
      */
     effectBatch: z.number().int().min(1).max(EFFECT_GROUP_MAX).default(DEFAULT_EFFECT_BATCH),
     /** ctx.transaction(): shared transactions in flight at once, each holding a connection. */
     effectConcurrency: z.number().int().min(1).max(64).default(DEFAULT_EFFECT_CONCURRENCY),
+    /**
+     * ctx.transaction(): "rerun" (default) runs a shared transaction's fns with
+     * no savepoint and, if one fails, rolls back and runs the group again with
+     * a savepoint each (a fn may run twice); "savepoint" gives each fn its
+     * savepoint from the start (each runs once, at a subtransaction per job).
+     */
+    effectIsolation: z.enum(EFFECT_ISOLATION).default("rerun"),
     /** How long any one database call may take before the loop waiting for it moves on. */
     callDeadlineMs: z.number().int().min(100).max(600_000).optional(),
     logger: z.custom<Logger>().optional(),
@@ -175,6 +182,7 @@ export function createWorker(options: WorkerOptions): Worker {
     owner,
     maxGroup: o.effectBatch,
     concurrency: o.effectConcurrency,
+    isolation: o.effectIsolation,
   });
   const execute = createExecutor({
     sql,
