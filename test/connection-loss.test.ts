@@ -206,3 +206,62 @@ test("a guarded transaction whose COMMIT reply is lost counts as completed, its 
   const ledger = await db.sql`select job_id from loss_ledger where job_id = ${job.id}`;
   expect(ledger).toHaveLength(1);
 }, 30_000);
+
+test("a shared effect transaction whose COMMIT reply is lost is not rerun: every job completed, each effect once", async () => {
+  await db.sql`truncate conveyor_jobs`;
+  await db.sql`create table if not exists loss_ledger (job_id bigint not null)`;
+  const jobs = 5;
+  const proxy = await startResetProxy(db.url, {
+    match: (chunk) => chunk.includes("\0commit\0"),
+    when: "after",
+  });
+  const pool = postgres(proxy.url, { max: 3, onnotice: () => {} });
+  const lines: string[] = [];
+  for (let i = 0; i < jobs; i++)
+    await enqueue(db.sql, { queue: "group-commit-lost", kind: "effect" });
+  const runs = new Map<string, number>();
+  const worker = createWorker({
+    sql: pool,
+    // One fetch of all five: their ctx.transaction() calls share one transaction.
+    queues: { "group-commit-lost": { concurrency: jobs, fetchBatch: jobs, leaseMs: 60_000 } },
+    handlers: {
+      effect: async (_p: unknown, ctx) => {
+        await ctx.transaction(async (tx) => {
+          runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
+          await tx`insert into loss_ledger values (${ctx.job.id})`;
+          return undefined;
+        });
+      },
+    },
+    pollIntervalMs: 50,
+    reaper: false,
+    logger: recordingLogger(lines),
+  });
+  const events: string[] = [];
+  for (const e of ["job:completed", "job:failed", "lease:lost"] as const) {
+    worker.events.on(e, () => void events.push(e));
+  }
+  await worker.start();
+  try {
+    const started = Date.now();
+    while (events.length < jobs) {
+      if (Date.now() - started > 20_000)
+        throw new Error(
+          `outcomes ${events.join(",")}: ${proxy.resets} resets, ${lines.join("; ")}`,
+        );
+      await Bun.sleep(20);
+    }
+  } finally {
+    await worker.stop({ graceMs: 1_000 });
+    await pool.end({ timeout: 0.2 });
+    proxy.close();
+  }
+  expect(proxy.resets).toBe(1);
+  expect(events).toEqual(Array(jobs).fill("job:completed"));
+  expect([...runs.values()]).toEqual(Array(jobs).fill(1));
+  const rows = await db.sql`
+    select j.state, (select count(*)::int from loss_ledger l where l.job_id = j.id) as effects
+      from conveyor_jobs j where j.queue = 'group-commit-lost'`;
+  expect(rows).toHaveLength(jobs);
+  for (const r of rows) expect(r).toMatchObject({ state: "completed", effects: 1 });
+}, 30_000);
