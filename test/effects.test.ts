@@ -178,7 +178,7 @@ describe("shared effect transactions", () => {
     },
   );
 
-  test("rerun: a group runs with no savepoint; after a failure it rolls back and runs again with one per fn", async () => {
+  test("rerun: a group runs with no savepoint; after a failure it rolls back and runs again with one per fn, and the next group too", async () => {
     const pool = await countingPool(db, /^\s*savepoint/i, { max: 2 });
     try {
       const runner = createEffectRunner({
@@ -231,6 +231,15 @@ describe("shared effect transactions", () => {
         expect(rows.get(l.id)?.state).toBe(i === 2 ? "running" : "completed");
         if (i !== 2) expect(rows.get(l.id)?.result).toEqual({ i });
       });
+
+      // After a failure, the next group takes savepoints from the start (each
+      // fn once); once one runs clean, groups go without them again.
+      const next = await group(undefined);
+      expect(next.runs).toEqual([1, 1, 1, 1, 1]);
+      expect(pool.sent()).toBe(10);
+      const after = await group(undefined);
+      expect(after.runs).toEqual([1, 1, 1, 1, 1]);
+      expect(pool.sent()).toBe(10);
     } finally {
       await pool.close();
     }

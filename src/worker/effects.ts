@@ -37,7 +37,8 @@
 //   per job: SAVEPOINT; the handler's fn; (ROLLBACK TO SAVEPOINT if it threw)
 //
 // A failed COMMIT is never rerun: its outcome is unknown, and every job of
-// the group gets its error, as before.
+// the group gets its error, as before. After a failed first pass, groups run
+// with savepoints until one has no failing fn (runGroup).
 //
 // Postgres caches 64 subtransaction ids per backend before every snapshot
 // has to look them up in pg_subtrans, so a group stays below that.
@@ -194,9 +195,20 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
     });
   }
 
+  // After a first pass fails, the next groups take savepoints from the
+  // start, until one runs with no fn failing: where many fns fail (a kind
+  // whose effects often violate a constraint), most groups would otherwise
+  // run twice, costlier than savepoints alone.
+  let together = isolation === "rerun";
+
   async function runGroup(group: Request[]) {
-    if (isolation === "rerun" && (await runGroupTogether(group))) return;
+    if (together) {
+      if (await runGroupTogether(group)) return;
+      together = false;
+    }
     await runGroupIsolated(group);
+    const clean = group.every((r) => r.outcome?.ok || r.outcome?.error instanceof StaleLeaseError);
+    if (isolation === "rerun" && clean) together = true;
   }
 
   async function settle(group: Request[]) {
