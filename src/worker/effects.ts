@@ -25,8 +25,9 @@
 // Isolating one job's failure from the others takes a savepoint per fn, and a
 // savepoint is a subtransaction: every job then writes under a subtransaction
 // id of its own, which COMMIT records one by one. With a ledger insert per
-// job, savepoints cost a quarter of the throughput (9,350 against 12,600
-// jobs/s at 100,000 jobs on the 2-core bench machine). So by default
+// job, savepoints cost a fifth to a quarter of the throughput (7,500 against
+// 9,350 jobs/s at 10,000 jobs, 9,450 against 11,912 at 100,000, 2 cores:
+// results/benchmarks-2026-12-01-rerun.json). So by default
 // ("rerun") the group first runs with no savepoint at all. If any fn fails,
 // or the completion does, before COMMIT is sent, the whole transaction rolls
 // back, nothing of it stays, and the group runs again as below, each fn in
