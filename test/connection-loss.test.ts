@@ -13,7 +13,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import path from "node:path";
 import postgres from "postgres";
 import { enqueue } from "../src/enqueue.ts";
-import { cancel, snooze } from "../src/handler.ts";
+import { cancel, type Handler, snooze } from "../src/handler.ts";
 import type { Logger } from "../src/logger.ts";
 import { createWorker } from "../src/worker/worker.ts";
 import { startResetProxy } from "./fixtures/reset-proxy.ts";
@@ -155,26 +155,27 @@ for (const [outcome, o] of Object.entries(OUTCOMES)) {
   }
 }
 
-test("a guarded transaction whose COMMIT reply is lost counts as completed, its effect applied once", async () => {
-  await db.sql`truncate conveyor_jobs`;
-  await db.sql`create table if not exists loss_ledger (job_id bigint not null)`;
+/**
+ * Runs a worker through a proxy that resets the connection right after it
+ * forwards a COMMIT, until `outcomes` jobs of `queue` reported an outcome;
+ * returns the outcomes, the resets and the worker's log lines.
+ */
+async function runBehindCommitReset(
+  queue: string,
+  queueOptions: { concurrency: number; fetchBatch?: number },
+  handler: Handler,
+  outcomes: number,
+) {
   const proxy = await startResetProxy(db.url, {
     match: (chunk) => chunk.includes("\0commit\0"), // the COMMIT statement itself
     when: "after",
   });
   const pool = postgres(proxy.url, { max: 3, onnotice: () => {} });
   const lines: string[] = [];
-  const { job } = await enqueue(db.sql, { queue: "commit-lost", kind: "effect" });
-  let runs = 0;
   const worker = createWorker({
     sql: pool,
-    queues: { "commit-lost": { concurrency: 1, leaseMs: 60_000 } },
-    handlers: {
-      effect: async (_p: unknown, ctx) => {
-        runs++;
-        await ctx.transaction((tx) => tx`insert into loss_ledger values (${ctx.job.id})`);
-      },
-    },
+    queues: { [queue]: { ...queueOptions, leaseMs: 60_000 } },
+    handlers: { effect: handler },
     pollIntervalMs: 50,
     reaper: false,
     logger: recordingLogger(lines),
@@ -186,10 +187,10 @@ test("a guarded transaction whose COMMIT reply is lost counts as completed, its 
   await worker.start();
   try {
     const started = Date.now();
-    while (events.length === 0) {
+    while (events.length < outcomes) {
       if (Date.now() - started > 20_000)
         throw new Error(
-          `no outcome reported: ${proxy.resets} resets, ${runs} runs, ${lines.join("; ")}`,
+          `outcomes [${events.join(",")}]: ${proxy.resets} resets, ${lines.join("; ")}`,
         );
       await Bun.sleep(20);
     }
@@ -198,7 +199,24 @@ test("a guarded transaction whose COMMIT reply is lost counts as completed, its 
     await pool.end({ timeout: 0.2 });
     proxy.close();
   }
-  expect(proxy.resets).toBe(1); // the COMMIT ran and its reply was lost
+  return { events, resets: proxy.resets, lines };
+}
+
+test("a guarded transaction whose COMMIT reply is lost counts as completed, its effect applied once", async () => {
+  await db.sql`truncate conveyor_jobs`;
+  await db.sql`create table if not exists loss_ledger (job_id bigint not null)`;
+  const { job } = await enqueue(db.sql, { queue: "commit-lost", kind: "effect" });
+  let runs = 0;
+  const { events, resets } = await runBehindCommitReset(
+    "commit-lost",
+    { concurrency: 1 },
+    async (_p, ctx) => {
+      runs++;
+      await ctx.transaction((tx) => tx`insert into loss_ledger values (${ctx.job.id})`);
+    },
+    1,
+  );
+  expect(resets).toBe(1); // the COMMIT ran and its reply was lost
   expect(events).toEqual(["job:completed"]);
   expect(runs).toBe(1);
   const [row] = await db.sql`select state, errors from conveyor_jobs where id = ${job.id}`;
@@ -211,52 +229,24 @@ test("a shared effect transaction whose COMMIT reply is lost is not rerun: every
   await db.sql`truncate conveyor_jobs`;
   await db.sql`create table if not exists loss_ledger (job_id bigint not null)`;
   const jobs = 5;
-  const proxy = await startResetProxy(db.url, {
-    match: (chunk) => chunk.includes("\0commit\0"),
-    when: "after",
-  });
-  const pool = postgres(proxy.url, { max: 3, onnotice: () => {} });
-  const lines: string[] = [];
-  for (let i = 0; i < jobs; i++)
+  for (let i = 0; i < jobs; i++) {
     await enqueue(db.sql, { queue: "group-commit-lost", kind: "effect" });
+  }
   const runs = new Map<string, number>();
-  const worker = createWorker({
-    sql: pool,
+  const { events, resets } = await runBehindCommitReset(
+    "group-commit-lost",
     // One fetch of all five: their ctx.transaction() calls share one transaction.
-    queues: { "group-commit-lost": { concurrency: jobs, fetchBatch: jobs, leaseMs: 60_000 } },
-    handlers: {
-      effect: async (_p: unknown, ctx) => {
-        await ctx.transaction(async (tx) => {
-          runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
-          await tx`insert into loss_ledger values (${ctx.job.id})`;
-          return undefined;
-        });
-      },
+    { concurrency: jobs, fetchBatch: jobs },
+    async (_p, ctx) => {
+      await ctx.transaction(async (tx) => {
+        runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
+        await tx`insert into loss_ledger values (${ctx.job.id})`;
+        return undefined;
+      });
     },
-    pollIntervalMs: 50,
-    reaper: false,
-    logger: recordingLogger(lines),
-  });
-  const events: string[] = [];
-  for (const e of ["job:completed", "job:failed", "lease:lost"] as const) {
-    worker.events.on(e, () => void events.push(e));
-  }
-  await worker.start();
-  try {
-    const started = Date.now();
-    while (events.length < jobs) {
-      if (Date.now() - started > 20_000)
-        throw new Error(
-          `outcomes ${events.join(",")}: ${proxy.resets} resets, ${lines.join("; ")}`,
-        );
-      await Bun.sleep(20);
-    }
-  } finally {
-    await worker.stop({ graceMs: 1_000 });
-    await pool.end({ timeout: 0.2 });
-    proxy.close();
-  }
-  expect(proxy.resets).toBe(1);
+    jobs,
+  );
+  expect(resets).toBe(1);
   expect(events).toEqual(Array(jobs).fill("job:completed"));
   expect([...runs.values()]).toEqual(Array(jobs).fill(1));
   const rows = await db.sql`

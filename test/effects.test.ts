@@ -10,7 +10,7 @@ import { reapExpiredLeases } from "../src/db/reap.ts";
 import { enqueueMany } from "../src/enqueue.ts";
 import { StaleLeaseError } from "../src/errors.ts";
 import { silentLogger } from "../src/logger.ts";
-import { createEffectRunner, EFFECT_ISOLATION } from "../src/worker/effects.ts";
+import { createEffectRunner, EFFECT_ISOLATION, type EffectRunner } from "../src/worker/effects.ts";
 import { createWorker, type Worker } from "../src/worker/worker.ts";
 import { countingPool, type TestDb, testDatabase } from "./harness.ts";
 
@@ -81,6 +81,30 @@ function blocker() {
     return undefined;
   };
   return { release, fn, onStart, begun };
+}
+
+/**
+ * Five requests behind a blocker, so they form one group; the fn of the one
+ * at failAt throws after its insert. Counts each fn's runs.
+ */
+async function groupOfFive(runner: EffectRunner, failAt?: number) {
+  const leases = await lease(6);
+  const gate = blocker();
+  const first = runner.run(leases[0] as Lease, gate.fn, gate.onStart);
+  await gate.begun;
+  const rest = leases.slice(1);
+  const runs = rest.map(() => 0);
+  const results = rest.map((l, i) =>
+    runner.run(l, async (tx) => {
+      runs[i] = (runs[i] as number) + 1;
+      await tx`insert into effect_ledger values (${l.id}, 'ok')`;
+      if (i === failAt) throw new Error("boom");
+      return { i };
+    }),
+  );
+  gate.release();
+  await first;
+  return { rest, runs, settled: await Promise.allSettled(results) };
 }
 
 /** Starts the worker, waits for n job:completed events, then stops it. */
@@ -187,27 +211,9 @@ describe("shared effect transactions", () => {
         maxGroup: 60,
         concurrency: 1,
       });
-      const group = async (failAt: number | undefined) => {
-        const leases = await lease(6);
-        const gate = blocker();
-        const first = runner.run(leases[0] as Lease, gate.fn, gate.onStart);
-        await gate.begun;
-        const rest = leases.slice(1);
-        const runs = rest.map(() => 0);
-        const results = rest.map((l, i) =>
-          runner.run(l, async (tx) => {
-            runs[i] = (runs[i] as number) + 1;
-            await tx`insert into effect_ledger values (${l.id}, 'ok')`;
-            if (i === failAt) throw new Error("boom");
-            return { i };
-          }),
-        );
-        gate.release();
-        await first;
-        return { rest, runs, settled: await Promise.allSettled(results) };
-      };
+      const group = (failAt?: number) => groupOfFive(runner, failAt);
 
-      const clean = await group(undefined);
+      const clean = await group();
       expect(clean.settled.every((s) => s.status === "fulfilled")).toBe(true);
       expect(clean.runs).toEqual([1, 1, 1, 1, 1]);
       expect(pool.sent()).toBe(0);
@@ -234,10 +240,10 @@ describe("shared effect transactions", () => {
 
       // After a failure, the next group takes savepoints from the start (each
       // fn once); once one runs clean, groups go without them again.
-      const next = await group(undefined);
+      const next = await group();
       expect(next.runs).toEqual([1, 1, 1, 1, 1]);
       expect(pool.sent()).toBe(10);
-      const after = await group(undefined);
+      const after = await group();
       expect(after.runs).toEqual([1, 1, 1, 1, 1]);
       expect(pool.sent()).toBe(10);
     } finally {
@@ -255,22 +261,7 @@ describe("shared effect transactions", () => {
         concurrency: 1,
         isolation: "savepoint",
       });
-      const leases = await lease(6);
-      const gate = blocker();
-      const first = runner.run(leases[0] as Lease, gate.fn, gate.onStart);
-      await gate.begun;
-      const runs = [0, 0, 0, 0, 0];
-      const results = leases.slice(1).map((l, i) =>
-        runner.run(l, async (tx) => {
-          runs[i] = (runs[i] as number) + 1;
-          await tx`insert into effect_ledger values (${l.id}, 'ok')`;
-          if (i === 2) throw new Error("boom");
-          return undefined;
-        }),
-      );
-      gate.release();
-      await first;
-      const settled = await Promise.allSettled(results);
+      const { runs, settled } = await groupOfFive(runner, 2);
       expect(settled.map((s) => s.status)).toEqual([
         "fulfilled",
         "fulfilled",

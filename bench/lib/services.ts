@@ -67,6 +67,31 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
     await admin.unsafe(`drop database if exists ${BENCH_DB} with (force)`);
     await admin.unsafe(`create database ${BENCH_DB}`);
   };
+  /**
+   * One-row insert commits into a fresh table from a pool of `max`, timed;
+   * `schedule` decides when each is issued (`untimed` issues one unmeasured).
+   */
+  const timeCommits = async (
+    max: number,
+    schedule: (commit: () => Promise<void>, untimed: () => Promise<unknown>) => Promise<void>,
+  ) => {
+    await reset();
+    const db = postgres(cluster.urlFor(BENCH_DB), { max, onnotice: () => {} });
+    try {
+      await db`create table commit_probe (id bigint generated always as identity, at timestamptz default now())`;
+      const insert = () => db`insert into commit_probe default values`;
+      const times: number[] = [];
+      await schedule(async () => {
+        const t = performance.now();
+        await insert();
+        times.push(performance.now() - t);
+      }, insert);
+      const s = summarize(times);
+      return { p50: round(s.p50, 3), p99: round(s.p99, 3) };
+    } finally {
+      await db.end({ timeout: 5 });
+    }
+  };
   return {
     cluster,
     url: cluster.urlFor(BENCH_DB),
@@ -75,44 +100,16 @@ export async function startBenchPostgres(): Promise<BenchPostgres> {
       const [r] = await admin`show server_version`;
       return String(r?.server_version);
     },
-    async commitLatency(count = 200) {
-      await reset();
-      const db = postgres(cluster.urlFor(BENCH_DB), { max: 1, onnotice: () => {} });
-      try {
-        await db`create table commit_probe (id bigint generated always as identity, at timestamptz default now())`;
-        const times: number[] = [];
-        for (let i = 0; i < count; i++) {
-          const t = performance.now();
-          await db`insert into commit_probe default values`;
-          times.push(performance.now() - t);
-        }
-        const s = summarize(times);
-        return { p50: round(s.p50, 3), p99: round(s.p99, 3) };
-      } finally {
-        await db.end({ timeout: 5 });
-      }
-    },
-    async commitLatencyAt(rate, count) {
-      await reset();
-      const db = postgres(cluster.urlFor(BENCH_DB), { max: ENQUEUE_POOL, onnotice: () => {} });
-      try {
-        await db`create table commit_probe (id bigint generated always as identity, at timestamptz default now())`;
+    commitLatency: (count = 200) =>
+      timeCommits(1, async (commit) => {
+        for (let i = 0; i < count; i++) await commit();
+      }),
+    commitLatencyAt: (rate, count) =>
+      timeCommits(ENQUEUE_POOL, async (commit, untimed) => {
         // Every connection opened before the clock starts.
-        await Promise.all(
-          Array.from({ length: ENQUEUE_POOL }, () => db`insert into commit_probe default values`),
-        );
-        const times: number[] = [];
-        await openLoop(rate, count, async () => {
-          const t = performance.now();
-          await db`insert into commit_probe default values`;
-          times.push(performance.now() - t);
-        });
-        const s = summarize(times);
-        return { p50: round(s.p50, 3), p99: round(s.p99, 3) };
-      } finally {
-        await db.end({ timeout: 5 });
-      }
-    },
+        await Promise.all(Array.from({ length: ENQUEUE_POOL }, untimed));
+        await openLoop(rate, count, commit);
+      }),
     async stop() {
       await admin.end({ timeout: 5 });
       await cluster.stop("fast");

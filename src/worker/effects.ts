@@ -117,15 +117,22 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
     r.outcome = { ok: true };
   }
 
+  const runFn = async (r: Request, tx: Tx) => {
+    const out = await r.fn(tx);
+    if (out !== undefined) assertJson(out, "result");
+    return out;
+  };
+
   /**
-   * The group with no savepoints. True when it committed; false when a fn or
-   * the completion failed before COMMIT was sent, so that nothing of it
-   * committed and every request is as it was before (the caller reruns).
-   * Other errors (the lock statement's, COMMIT's) are thrown.
+   * One shared transaction for the group. With savepoints, a failing fn is
+   * rolled back alone and its request gets its error. Without, a failing fn
+   * (or the completion, after a fn left the transaction aborted) rolls back
+   * everything before COMMIT is sent: returns false, every request as it was
+   * before, for the caller to rerun. Other errors (the lock statement's,
+   * COMMIT's) are thrown.
    */
-  async function runGroupTogether(group: Request[]): Promise<boolean> {
+  async function runShared(group: Request[], savepoints: boolean): Promise<boolean> {
     let rerun = false;
-    let ran: Request[] = [];
     try {
       await o.sql.begin(async (tx) => {
         const held = await lockLeasedJobs(
@@ -133,67 +140,47 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
           o.owner,
           group.map((r) => r.lease),
         );
-        ran = group.filter((r) => held.has(r.lease.id));
-        rerun = true;
-        for (const r of ran) {
-          r.out = await r.fn(tx);
-          if (r.out !== undefined) assertJson(r.out, "result");
+        rerun = !savepoints;
+        const ran: Request[] = [];
+        for (const r of group) {
+          if (!held.has(r.lease.id)) {
+            r.outcome = { ok: false, error: stale(r.lease) };
+            continue;
+          }
+          if (!savepoints) {
+            r.out = await runFn(r, tx);
+            ran.push(r);
+            continue;
+          }
+          try {
+            r.out = await tx.savepoint((sp) => runFn(r, sp));
+            ran.push(r);
+          } catch (error) {
+            r.outcome = { ok: false, error };
+          }
         }
         const done = await completeJobs(
           tx,
           o.owner,
           ran.map((r) => (r.out === undefined ? r.lease : { ...r.lease, result: r.out })),
         );
-        // Locked above, so this cannot miss; if it did, an effect would
-        // commit without its completion, so fail the whole transaction.
-        for (const r of ran) if (!done.has(r.lease.id)) throw stale(r.lease);
         rerun = false;
+        for (const r of ran) {
+          // Locked above, so this cannot miss; if it did, fn's effect would
+          // commit without the completion, so fail the whole transaction.
+          if (!done.has(r.lease.id)) throw stale(r.lease);
+          r.outcome = { ok: true };
+        }
       });
     } catch (error) {
       if (!rerun) throw error;
-      for (const r of group) r.out = undefined;
+      for (const r of group) {
+        r.out = undefined;
+        r.outcome = undefined;
+      }
       return false;
     }
-    for (const r of group)
-      r.outcome = ran.includes(r) ? { ok: true } : { ok: false, error: stale(r.lease) };
     return true;
-  }
-
-  async function runGroupIsolated(group: Request[]) {
-    await o.sql.begin(async (tx) => {
-      const held = await lockLeasedJobs(
-        tx,
-        o.owner,
-        group.map((r) => r.lease),
-      );
-      const ran: Request[] = [];
-      for (const r of group) {
-        if (!held.has(r.lease.id)) {
-          r.outcome = { ok: false, error: stale(r.lease) };
-          continue;
-        }
-        try {
-          r.out = await tx.savepoint(async (sp) => {
-            const out = await r.fn(sp);
-            if (out !== undefined) assertJson(out, "result");
-            return out;
-          });
-          ran.push(r);
-        } catch (error) {
-          r.outcome = { ok: false, error };
-        }
-      }
-      const done = await completeJobs(
-        tx,
-        o.owner,
-        ran.map((r) => (r.out === undefined ? r.lease : { ...r.lease, result: r.out })),
-      );
-      for (const r of ran) {
-        // As above: locked, so this cannot miss.
-        if (!done.has(r.lease.id)) throw stale(r.lease);
-        r.outcome = { ok: true };
-      }
-    });
   }
 
   // After a first pass fails, the next groups take savepoints from the
@@ -204,10 +191,10 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
 
   async function runGroup(group: Request[]) {
     if (together) {
-      if (await runGroupTogether(group)) return;
+      if (await runShared(group, false)) return;
       together = false;
     }
-    await runGroupIsolated(group);
+    await runShared(group, true);
     const clean = group.every((r) => r.outcome?.ok || r.outcome?.error instanceof StaleLeaseError);
     if (isolation === "rerun" && clean) together = true;
   }

@@ -107,9 +107,8 @@ export const workerOptionsSchema = z
     handOff: z.boolean().default(true),
     /**
      * ctx.transaction(): most jobs whose effects share one transaction, 1 for
-     * a transaction per job. One commit is one
-     * WAL flush, so sharing is what lets effects run faster than the disk
-     * flushes.
+     * a transaction per job. One commit is one WAL flush, so sharing is what
+     * lets effects run faster than the disk flushes.
      */
     effectBatch: z.number().int().min(1).max(EFFECT_GROUP_MAX).default(DEFAULT_EFFECT_BATCH),
     /** ctx.transaction(): shared transactions in flight at once, each holding a connection. */
