@@ -117,6 +117,53 @@ function throughputSection(doc: ResultsDoc, phase: "throughput" | "ledger", size
       ),
     );
   }
+  // Where the CPU goes, for each system's best setting at each size: the
+  // measuring process and the PostgreSQL cluster (bench/lib/server-cpu.ts).
+  // With both on the machine's cores, cores ÷ their sum is the most jobs/s
+  // that setting's work per job allows, whatever the overlap.
+  const cores = doc.machine.nproc;
+  const cpuRows = tables.flatMap(({ n, t }) =>
+    ids.flatMap((id) => {
+      const b = t.get(id)?.best;
+      if (!b || !Number.isFinite(b.serverCpuUsPerJob)) return [];
+      const sum = b.cpuUsPerJob + b.serverCpuUsPerJob;
+      const bound = (cores * 1e6) / sum;
+      return [
+        [
+          n0(n),
+          label(id),
+          b.setting,
+          n0(b.cpuUsPerJob, 1),
+          n0(b.serverCpuUsPerJob, 1),
+          n0(sum, 1),
+          n0(bound),
+          n0(b.median),
+          `${n0((b.median / bound) * 100)}%`,
+        ],
+      ];
+    }),
+  );
+  if (cpuRows.length > 0) {
+    out.push(
+      "",
+      `CPU per job of each best setting above, on PostgreSQL (median of the repetitions): the measuring process (worker) and every process of the PostgreSQL cluster, in the same window. ${cores} cores ÷ their sum is the most jobs/s that much work per job allows on this machine.`,
+      "",
+      table(
+        [
+          "N",
+          "system",
+          "setting",
+          "worker µs/job",
+          "PostgreSQL µs/job",
+          "sum",
+          `${cores} cores ÷ sum (jobs/s)`,
+          "measured jobs/s",
+          "of that bound",
+        ],
+        cpuRows,
+      ),
+    );
+  }
   const detail = ids.flatMap((id) =>
     tables.flatMap(({ n, t }) =>
       (t.get(id)?.settings ?? []).map((s) => [
@@ -125,6 +172,7 @@ function throughputSection(doc: ResultsDoc, phase: "throughput" | "ledger", size
         s.setting,
         n0(s.median),
         n0(s.cpuUsPerJob, 1),
+        n0(s.serverCpuUsPerJob, 1),
         s.values.map((v) => n0(v)).join(", ") + (s.failed ? ` (+${s.failed} failed)` : ""),
       ]),
     ),
@@ -133,7 +181,18 @@ function throughputSection(doc: ResultsDoc, phase: "throughput" | "ledger", size
     "",
     "<details><summary>Every setting (median jobs/s, and each repetition)</summary>",
     "",
-    table(["system", "N", "setting", "median jobs/s", "worker CPU µs/job", "runs"], detail),
+    table(
+      [
+        "system",
+        "N",
+        "setting",
+        "median jobs/s",
+        "worker CPU µs/job",
+        "PostgreSQL CPU µs/job",
+        "runs",
+      ],
+      detail,
+    ),
     "",
     "</details>",
   );

@@ -17,6 +17,7 @@
 // - rss: the process samples its own RSS on a timer while it drains a backlog.
 import postgres from "postgres";
 import { RESULT_PREFIX, type Result, type RssSample, type Task } from "./protocol.ts";
+import { type ServerCpu, serverCpu } from "./server-cpu.ts";
 import { round, slope, summarize } from "./stats.ts";
 
 export interface Payload {
@@ -133,7 +134,8 @@ export function runtimeName(): string {
   return v.bun ? `bun ${v.bun}` : `node ${process.versions.node}`;
 }
 
-async function settle(url: string) {
+/** Settles the database; returns the cluster's CPU sampler, if /proc shows it. */
+async function settle(url: string): Promise<ServerCpu | undefined> {
   // A checkpoint due to the preload's WAL would otherwise land inside the
   // measured window of some runs and not others; fresh statistics let the
   // planner see the preloaded rows.
@@ -141,6 +143,7 @@ async function settle(url: string) {
   try {
     await sql`checkpoint`;
     await sql`vacuum analyze`;
+    return await serverCpu(sql);
   } finally {
     await sql.end({ timeout: 5 });
   }
@@ -152,15 +155,18 @@ const payloads = (from: number, count: number): Payload[] =>
 async function throughput(task: Task, a: Adapter): Promise<Result> {
   await a.setup();
   await a.preload(task.n);
-  if (a.postgres) await settle(task.databaseUrl);
+  const server = a.postgres ? await settle(task.databaseUrl) : undefined;
   const started = counter();
   let first = 0;
   let cpuAtFirst = process.cpuUsage();
+  let serverAtFirst = 0;
   const t0 = nowMs();
   await a.start(() => {
     if (started.value === 0) {
       first = nowMs();
       cpuAtFirst = process.cpuUsage();
+      // About 0.2 ms, inside the window: the same for every PostgreSQL system.
+      serverAtFirst = server?.sample() ?? 0;
     }
     started.add();
   });
@@ -168,6 +174,7 @@ async function throughput(task: Task, a: Adapter): Promise<Result> {
   await a.waitCompleted(task.n);
   const end = nowMs();
   const cpu = process.cpuUsage(cpuAtFirst);
+  const serverMs = server ? server.sample() - serverAtFirst : undefined;
   await a.close();
   const elapsedMs = end - first;
   return {
@@ -175,6 +182,7 @@ async function throughput(task: Task, a: Adapter): Promise<Result> {
     elapsedMs: round(elapsedMs, 1),
     startupMs: round(first - t0, 1),
     cpuMs: round((cpu.user + cpu.system) / 1000, 1),
+    ...(serverMs === undefined ? {} : { serverCpuMs: round(serverMs, 1) }),
     runtime: runtimeName(),
   };
 }

@@ -59,6 +59,11 @@ export interface Result {
   startupMs?: number;
   /** throughput: CPU time this process used inside the measured window (user + system). */
   cpuMs?: number;
+  /**
+   * throughput on PostgreSQL: CPU time of every process of the cluster inside
+   * the same window (bench/lib/server-cpu.ts), when /proc shows them.
+   */
+  serverCpuMs?: number;
   /** latency (enqueue-to-start) and enqueue single (per call), in ms. */
   p50?: number;
   p95?: number;

@@ -35,6 +35,8 @@ export interface SettingFigure {
   values: number[];
   /** Median CPU time of the measuring process per job, in µs (throughput runs). */
   cpuUsPerJob: number;
+  /** Median CPU time of the PostgreSQL cluster per job, in µs (throughput runs on PostgreSQL). */
+  serverCpuUsPerJob: number;
   failed: number;
 }
 
@@ -53,15 +55,19 @@ function bySetting(runs: RunRecord[], value: (r: Result) => number | undefined):
       .filter(ok)
       .map((r) => value(r.result as Result))
       .filter((v): v is number => typeof v === "number" && Number.isFinite(v));
-    const cpu = rs
-      .filter(ok)
-      .map((r) => ((r.result as Result).cpuMs ?? Number.NaN) * (1000 / r.params.n))
-      .filter(Number.isFinite);
+    const perJob = (ms: (r: Result) => number | undefined) => {
+      const us = rs
+        .filter(ok)
+        .map((r) => (ms(r.result as Result) ?? Number.NaN) * (1000 / r.params.n))
+        .filter(Number.isFinite);
+      return us.length ? median(us) : Number.NaN;
+    };
     return {
       setting,
       median: values.length ? median(values) : Number.NaN,
       values,
-      cpuUsPerJob: cpu.length ? median(cpu) : Number.NaN,
+      cpuUsPerJob: perJob((r) => r.cpuMs),
+      serverCpuUsPerJob: perJob((r) => r.serverCpuMs),
       failed: rs.filter((r) => !ok(r)).length,
     };
   });
