@@ -1,9 +1,10 @@
 // The completer's batching: what reaches Postgres, counted on the wire.
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import type { Lease } from "../src/db/db.ts";
 import { fetchJobs } from "../src/db/fetch.ts";
 import { enqueueMany } from "../src/enqueue.ts";
 import { silentLogger } from "../src/logger.ts";
-import { createCompleter } from "../src/worker/completer.ts";
+import { COMPLETER_SECOND_BATCH_MIN, createCompleter } from "../src/worker/completer.ts";
 import { countingPool, type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
@@ -42,30 +43,54 @@ test("completions handed in during one turn of the event loop share one statemen
   expect(n?.n).toBe(7);
 });
 
-test("a second batch goes while the first is still being written", async () => {
-  const queue = "cb2";
-  await enqueueMany(db.sql, [
-    { queue, kind: "k" },
-    { queue, kind: "k" },
-  ]);
+/** Leases `n` fresh jobs of `queue` to owner W, as the completer's items. */
+async function leased(queue: string, n: number) {
+  await enqueueMany(
+    db.sql,
+    Array.from({ length: n }, () => ({ queue, kind: "k" })),
+  );
   const rows = await fetchJobs(db.sql, {
     queue,
     owner: "W",
-    limit: 2,
+    limit: n,
     leaseMs: 30_000,
     kinds: ["k"],
   });
-  const [a, b] = rows.map((r) => ({ id: r.id, version: Number(r.lease_version) }));
+  expect(rows).toHaveLength(n);
+  return rows.map((r) => ({ id: r.id, version: Number(r.lease_version) }));
+}
+
+test("a few completions wait for the batch being written, then go together", async () => {
+  const [a, b, c] = await leased("cb2", 3);
   // 100 ms each way: the first batch cannot be back within 200 ms.
   const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
   try {
     const completer = createCompleter(pool.sql, "W", silentLogger);
-    const first = completer.complete(a as { id: string; version: number });
+    const first = completer.complete(a as Lease);
     await Bun.sleep(30);
-    const second = completer.complete(b as { id: string; version: number });
+    const rest = [completer.complete(b as Lease), completer.complete(c as Lease)];
+    await Bun.sleep(60);
+    expect(pool.sent()).toBe(1);
+    expect(await Promise.all([first, ...rest])).toEqual([true, true, true]);
+    expect(pool.sent()).toBe(2);
+  } finally {
+    await pool.close();
+  }
+});
+
+test("a second batch goes at once when enough completions wait", async () => {
+  const [a, ...more] = await leased("cb3", 1 + COMPLETER_SECOND_BATCH_MIN);
+  const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
+  try {
+    const completer = createCompleter(pool.sql, "W", silentLogger);
+    const first = completer.complete(a as Lease);
+    await Bun.sleep(30);
+    const rest = more.map((l) => completer.complete(l));
     await Bun.sleep(60);
     expect(pool.sent()).toBe(2);
-    expect(await Promise.all([first, second])).toEqual([true, true]);
+    const done = await Promise.all([first, ...rest]);
+    expect(done.every((d) => d)).toBe(true);
+    expect(done).toHaveLength(1 + COMPLETER_SECOND_BATCH_MIN);
   } finally {
     await pool.close();
   }

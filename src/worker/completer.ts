@@ -3,10 +3,12 @@
 // Invariant: a job is reported completed only after its guarded UPDATE
 // committed and returned its row; a row the guard rejected is reported stale.
 //
-// Batching is adaptive, with no timer: while batches are in flight (up to
-// COMPLETER_CONCURRENCY) the next accumulates, so an idle worker completes a
-// job in one round trip and a busy one completes hundreds per statement
-// (River's batch completer, without its fixed wait).
+// Batching is adaptive, with no timer: while a batch is in flight the next
+// accumulates, so an idle worker completes a job in one round trip and a
+// busy one completes hundreds per statement (River's batch completer,
+// without its fixed wait). A second batch goes alongside the first only once
+// COMPLETER_SECOND_BATCH_MIN completions wait; fewer wait for the first to
+// commit and go together after it (group commit).
 
 import type { Pool } from "../db/db.ts";
 import type { Completion } from "../db/outcome.ts";
@@ -21,6 +23,17 @@ export const COMPLETER_MAX_BATCH = 2_000;
  * take 15-20 ms here, and fetching waited behind it (back-pressure).
  */
 export const COMPLETER_CONCURRENCY = 2;
+/**
+ * Completions that must be waiting before a second batch goes while one is
+ * in flight. At a steady 1,000 one-job enqueues per second, a second batch
+ * at once meant a commit per job, each contending for the WAL flush with the
+ * next enqueue's commit: enqueue-to-start p50 1.6-3.3 ms (median 2.55) in 8
+ * runs against 1.0-2.1 ms (median 1.7) with this threshold, same hour, 2
+ * cores, fsync on. A completion waits at most one commit longer. Busy
+ * workers hand in hundreds per batch, so their second batch still goes at
+ * once (no-op throughput unchanged in the same comparison).
+ */
+export const COMPLETER_SECOND_BATCH_MIN = 64;
 
 export interface Completer {
   /** Resolves true when committed, false when the lease was lost (nothing written). */
@@ -92,7 +105,11 @@ export function createCompleter(
   const writing = new Set<Promise<void>>();
 
   const pump = () => {
-    while (writing.size < COMPLETER_CONCURRENCY && queue.length > 0) {
+    while (
+      queue.length > 0 &&
+      (writing.size === 0 ||
+        (writing.size < COMPLETER_CONCURRENCY && queue.length >= COMPLETER_SECOND_BATCH_MIN))
+    ) {
       const batch = queue.splice(0, COMPLETER_MAX_BATCH);
       const p: Promise<void> = writeBatch(batch).finally(() => {
         writing.delete(p);
