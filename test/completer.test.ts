@@ -1,11 +1,9 @@
 // The completer's batching: what reaches Postgres, counted on the wire.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Lease } from "../src/db/db.ts";
-import { fetchJobs } from "../src/db/fetch.ts";
-import { enqueueMany } from "../src/enqueue.ts";
 import { silentLogger } from "../src/logger.ts";
 import { COMPLETER_SECOND_BATCH_MIN, createCompleter } from "../src/worker/completer.ts";
-import { countingPool, type TestDb, testDatabase } from "./harness.ts";
+import { countingPool, leaseNew, type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
 beforeAll(async () => {
@@ -17,25 +15,12 @@ afterAll(async () => {
 
 test("completions handed in during one turn of the event loop share one statement", async () => {
   const queue = "cb";
-  await enqueueMany(
-    db.sql,
-    Array.from({ length: 7 }, () => ({ queue, kind: "k" })),
-  );
-  const rows = await fetchJobs(db.sql, {
-    queue,
-    owner: "W",
-    limit: 7,
-    leaseMs: 30_000,
-    kinds: ["k"],
-  });
-  expect(rows).toHaveLength(7);
+  const leases = await leaseNew(db.sql, queue, "W", 7);
   const pool = await countingPool(db, /update conveyor_jobs/, { max: 1 });
   const completer = createCompleter(pool.sql, "W", silentLogger);
   // As the executor hands them in: one after another, each from its own job.
-  const done = await Promise.all(
-    rows.map((r) => completer.complete({ id: r.id, version: Number(r.lease_version) })),
-  );
-  expect(done).toEqual(rows.map(() => true));
+  const done = await Promise.all(leases.map((l) => completer.complete(l)));
+  expect(done).toEqual(leases.map(() => true));
   expect(pool.sent()).toBe(1);
   await pool.close();
   const [n] =
@@ -43,25 +28,8 @@ test("completions handed in during one turn of the event loop share one statemen
   expect(n?.n).toBe(7);
 });
 
-/** Leases `n` fresh jobs of `queue` to owner W, as the completer's items. */
-async function leased(queue: string, n: number) {
-  await enqueueMany(
-    db.sql,
-    Array.from({ length: n }, () => ({ queue, kind: "k" })),
-  );
-  const rows = await fetchJobs(db.sql, {
-    queue,
-    owner: "W",
-    limit: n,
-    leaseMs: 30_000,
-    kinds: ["k"],
-  });
-  expect(rows).toHaveLength(n);
-  return rows.map((r) => ({ id: r.id, version: Number(r.lease_version) }));
-}
-
 test("a few completions wait for the batch being written, then go together", async () => {
-  const [a, b, c] = await leased("cb2", 3);
+  const [a, b, c] = await leaseNew(db.sql, "cb2", "W", 3);
   // 100 ms each way: the first batch cannot be back within 200 ms.
   const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
   try {
@@ -79,7 +47,7 @@ test("a few completions wait for the batch being written, then go together", asy
 });
 
 test("a second batch goes at once when enough completions wait", async () => {
-  const [a, ...more] = await leased("cb3", 1 + COMPLETER_SECOND_BATCH_MIN);
+  const [a, ...more] = await leaseNew(db.sql, "cb3", "W", 1 + COMPLETER_SECOND_BATCH_MIN);
   const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
   try {
     const completer = createCompleter(pool.sql, "W", silentLogger);
@@ -90,7 +58,9 @@ test("a second batch goes at once when enough completions wait", async () => {
     expect(pool.sent()).toBe(2);
     const done = await Promise.all([first, ...rest]);
     expect(done.every((d) => d)).toBe(true);
-    expect(done).toHaveLength(1 + COMPLETER_SECOND_BATCH_MIN);
+    const [n] =
+      await db.sql`select count(*)::int as n from conveyor_jobs where queue = 'cb3' and state = 'completed'`;
+    expect(n?.n).toBe(1 + COMPLETER_SECOND_BATCH_MIN);
   } finally {
     await pool.close();
   }

@@ -12,7 +12,7 @@ import { StaleLeaseError } from "../src/errors.ts";
 import { silentLogger } from "../src/logger.ts";
 import { createEffectRunner, EFFECT_ISOLATION, type EffectRunner } from "../src/worker/effects.ts";
 import { createWorker, type Worker } from "../src/worker/worker.ts";
-import { countingPool, type TestDb, testDatabase } from "./harness.ts";
+import { countingPool, leaseNew, type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
 beforeAll(async () => {
@@ -34,21 +34,7 @@ beforeEach(async () => {
 /** Leases n jobs to owner A; the ones listed in `stolen` are reaped and re-leased to B. */
 async function lease(n: number, stolen: number[] = []): Promise<Lease[]> {
   const queue = `q${Math.random().toString(36).slice(2, 8)}`;
-  await enqueueMany(
-    db.sql,
-    Array.from({ length: n }, (_, i) => ({ queue, kind: "k", payload: { i } })),
-  );
-  const rows = await fetchJobs(db.sql, {
-    queue,
-    owner: "A",
-    limit: n,
-    leaseMs: 30_000,
-    kinds: ["k"],
-  });
-  expect(rows.length).toBe(n);
-  const leases = rows
-    .map((r) => ({ id: String(r.id), version: Number(r.lease_version) }))
-    .sort((a, b) => Number(a.id) - Number(b.id));
+  const leases = await leaseNew(db.sql, queue, "A", n);
   if (stolen.length > 0) {
     const ids = stolen.map((i) => (leases[i] as Lease).id);
     await db.sql`update conveyor_jobs set lease_expires_at = now() - interval '1 second'

@@ -7,9 +7,11 @@ import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import postgres from "postgres";
-import type { Pool } from "../src/db/db.ts";
+import type { Lease, Pool } from "../src/db/db.ts";
+import { fetchJobs } from "../src/db/fetch.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { type EmbeddedCluster, startEmbeddedPostgres } from "../src/embedded-postgres.ts";
+import { enqueueMany } from "../src/enqueue.ts";
 import { startProxy } from "./fault/proxy.ts";
 import { rng } from "./fault/rng.ts";
 
@@ -124,4 +126,25 @@ export async function countingPool(
       await proxy?.close();
     },
   };
+}
+
+/**
+ * Enqueues `n` jobs of kind "k" (payload {i}) in `queue` and leases them all
+ * to `owner` with the worker's own dequeue; returns the leases in id order.
+ */
+export async function leaseNew(
+  sql: Pool,
+  queue: string,
+  owner: string,
+  n: number,
+): Promise<Lease[]> {
+  await enqueueMany(
+    sql,
+    Array.from({ length: n }, (_, i) => ({ queue, kind: "k", payload: { i } })),
+  );
+  const rows = await fetchJobs(sql, { queue, owner, limit: n, leaseMs: 30_000, kinds: ["k"] });
+  if (rows.length !== n) throw new Error(`leased ${rows.length} of ${n} jobs in ${queue}`);
+  return rows
+    .map((r) => ({ id: String(r.id), version: Number(r.lease_version) }))
+    .sort((a, b) => Number(a.id) - Number(b.id));
 }
