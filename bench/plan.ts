@@ -64,6 +64,23 @@ export const SYSTEMS: SystemSpec[] = [
         effectConcurrency: 8,
         effectIsolation: "savepoint",
       },
+      // The handler declares its insert independent (ctx.transaction(fn,
+      // { independent: true })): a group's fns run at once, their inserts
+      // pipelined on the transaction's connection.
+      "c500-e4-ind": {
+        concurrency: 500,
+        fetchBatch: 250,
+        poolMax: 10,
+        effectConcurrency: 4,
+        independent: true,
+      },
+      "c1000-e8-ind": {
+        concurrency: 1000,
+        fetchBatch: 500,
+        poolMax: 20,
+        effectConcurrency: 8,
+        independent: true,
+      },
     },
     latency: true,
     enqueue: true,

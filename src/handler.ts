@@ -31,9 +31,29 @@ export interface JobContext {
    * its own savepoint, so `fn` may run twice, and only its last run's writes
    * can commit (worker option `effectIsolation: "savepoint"` runs each `fn`
    * once, at a subtransaction per job). Keep `fn` to database work: while it
-   * runs, the jobs after it in the shared transaction wait.
+   * runs, the jobs after it in the shared transaction wait, unless it is
+   * `independent` (see TransactionOptions).
    */
-  transaction<T extends JsonValue | undefined>(fn: (tx: Db) => Promise<T>): Promise<T>;
+  transaction<T extends JsonValue | undefined>(
+    fn: (tx: Db) => Promise<T>,
+    options?: TransactionOptions,
+  ): Promise<T>;
+}
+
+export interface TransactionOptions {
+  /**
+   * `fn` reads no row another job's `fn` writes, writes no row another job's
+   * `fn` reads or writes, and takes no savepoint (`tx.savepoint` throws): an
+   * insert keyed by the job, say. The independent `fn`s of one shared
+   * transaction then run at once, before the others, so their statements
+   * travel together on its connection instead of one round trip after
+   * another. Interleaved, two `fn`s that touch the same rows could each read
+   * before the other writes (a lost update), with no lock to stop them: they
+   * are one transaction. The rerun after a failure, and every run under
+   * `effectIsolation: "savepoint"`, runs each `fn` alone, as without this.
+   * Default false.
+   */
+  independent?: boolean;
 }
 
 /** What a handler may return: a JSON result (stored on the job), nothing, or cancel()/snooze(). */

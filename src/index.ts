@@ -19,6 +19,7 @@ export {
   type HandlerSpec,
   type JobContext,
   snooze,
+  type TransactionOptions,
 } from "./handler.ts";
 export { type AttemptError, JOB_STATES, type Job, type JobState } from "./job.ts";
 export type { JsonValue } from "./json.ts";

@@ -8,9 +8,14 @@ import type { Lease } from "../src/db/db.ts";
 import { fetchJobs } from "../src/db/fetch.ts";
 import { reapExpiredLeases } from "../src/db/reap.ts";
 import { enqueueMany } from "../src/enqueue.ts";
-import { StaleLeaseError } from "../src/errors.ts";
+import { ConveyorError, StaleLeaseError } from "../src/errors.ts";
 import { silentLogger } from "../src/logger.ts";
-import { createEffectRunner, EFFECT_ISOLATION, type EffectRunner } from "../src/worker/effects.ts";
+import {
+  createEffectRunner,
+  EFFECT_ISOLATION,
+  type EffectRunner,
+  type EffectRunnerOptions,
+} from "../src/worker/effects.ts";
 import { createWorker, type Worker } from "../src/worker/worker.ts";
 import { countingPool, leaseNew, type TestDb, testDatabase } from "./harness.ts";
 
@@ -69,11 +74,32 @@ function blocker() {
   return { release, fn, onStart, begun };
 }
 
+/** A runner for owner A, one transaction at a time, groups up to 60. */
+const oneSlotRunner = (o: Partial<EffectRunnerOptions> = {}) =>
+  createEffectRunner({ sql: db.sql, owner: "A", maxGroup: 60, concurrency: 1, ...o });
+
+/**
+ * A runner with one slot, held by the job `first` until the returned
+ * `release` is called (which resolves once that job committed): what is
+ * submitted meanwhile forms one group.
+ */
+async function heldRunner(first: Lease, o: Partial<EffectRunnerOptions> = {}) {
+  const runner = oneSlotRunner(o);
+  const gate = blocker();
+  const done = runner.run(first, gate.fn, gate.onStart);
+  await gate.begun;
+  const release = async () => {
+    gate.release();
+    await done;
+  };
+  return { runner, release };
+}
+
 /**
  * Five requests behind a blocker, so they form one group; the fn of the one
  * at failAt throws after its insert. Counts each fn's runs.
  */
-async function groupOfFive(runner: EffectRunner, failAt?: number) {
+async function groupOfFive(runner: EffectRunner, failAt?: number, independent = false) {
   const leases = await lease(6);
   const gate = blocker();
   const first = runner.run(leases[0] as Lease, gate.fn, gate.onStart);
@@ -81,12 +107,17 @@ async function groupOfFive(runner: EffectRunner, failAt?: number) {
   const rest = leases.slice(1);
   const runs = rest.map(() => 0);
   const results = rest.map((l, i) =>
-    runner.run(l, async (tx) => {
-      runs[i] = (runs[i] as number) + 1;
-      await tx`insert into effect_ledger values (${l.id}, 'ok')`;
-      if (i === failAt) throw new Error("boom");
-      return { i };
-    }),
+    runner.run(
+      l,
+      async (tx) => {
+        runs[i] = (runs[i] as number) + 1;
+        await tx`insert into effect_ledger values (${l.id}, 'ok')`;
+        if (i === failAt) throw new Error("boom");
+        return { i };
+      },
+      undefined,
+      independent,
+    ),
   );
   gate.release();
   await first;
@@ -114,13 +145,7 @@ describe("shared effect transactions", () => {
     "%s: in one group, a thrown fn, a failed statement and a lost lease touch only their own job",
     async (isolation) => {
       const leases = await lease(6, [3]);
-      const runner = createEffectRunner({
-        sql: db.sql,
-        owner: "A",
-        maxGroup: 60,
-        concurrency: 1,
-        isolation,
-      });
+      const runner = oneSlotRunner({ isolation });
       const [l0, l1, l2, l3, l4, l5] = leases as [Lease, Lease, Lease, Lease, Lease, Lease];
       const gate = blocker();
       const first = runner.run(l0, gate.fn, gate.onStart);
@@ -188,7 +213,7 @@ describe("shared effect transactions", () => {
     },
   );
 
-  test("rerun: a group runs with no savepoint; after a failure it rolls back and runs again with one per fn, and the next group too", async () => {
+  test("rerun: a group runs with no savepoint; after a failure it rolls back and runs again with one per fn, and the next group too; independent fns alike", async () => {
     const pool = await countingPool(db, /^\s*savepoint/i, { max: 2 });
     try {
       const runner = createEffectRunner({
@@ -232,6 +257,17 @@ describe("shared effect transactions", () => {
       const after = await group();
       expect(after.runs).toEqual([1, 1, 1, 1, 1]);
       expect(pool.sent()).toBe(10);
+
+      // Independent fns fail the same way: all five ran at once and rolled
+      // back together, then each ran once more, alone, in a savepoint.
+      const independent = await groupOfFive(runner, 2, true);
+      expect(independent.settled.map((s) => s.status)).toEqual(failed.settled.map((s) => s.status));
+      expect(independent.runs).toEqual([2, 2, 2, 2, 2]);
+      expect(pool.sent()).toBe(15);
+      const committed = await jobRows();
+      independent.rest.forEach((l, i) => {
+        expect(committed.get(l.id)?.state).toBe(i === 2 ? "running" : "completed");
+      });
     } finally {
       await pool.close();
     }
@@ -284,10 +320,7 @@ describe("shared effect transactions", () => {
 
   test("when the shared COMMIT fails, every job in the group is rejected and nothing commits", async () => {
     const leases = await lease(4);
-    const runner = createEffectRunner({ sql: db.sql, owner: "A", maxGroup: 60, concurrency: 1 });
-    const gate = blocker();
-    const first = runner.run(leases[0] as Lease, gate.fn, gate.onStart);
-    await gate.begun;
+    const { runner, release } = await heldRunner(leases[0] as Lease);
     const group = leases.slice(1).map((l, i) =>
       runner.run(l, async (tx) => {
         await tx`insert into effect_ledger values (${l.id}, 'ok')`;
@@ -296,8 +329,7 @@ describe("shared effect transactions", () => {
         return undefined;
       }),
     );
-    gate.release();
-    await first;
+    await release();
     const settled = await Promise.allSettled(group);
     for (const s of settled) {
       expect(s.status).toBe("rejected");
@@ -308,6 +340,104 @@ describe("shared effect transactions", () => {
     for (const l of leases.slice(1)) expect(rows.get(l.id)?.state).toBe("running");
   });
 
+  test("independent fns of a group run at once, before the others, which run one by one", async () => {
+    const leases = await lease(8);
+    const { runner, release } = await heldRunner(leases[0] as Lease);
+    const log: string[] = [];
+    // Each independent fn waits, after its insert, until all four have begun:
+    // run one by one, the first would wait forever (here: fail after 5 s).
+    let begun = 0;
+    let allBegun!: () => void;
+    const together = new Promise<void>((r) => (allBegun = r));
+    const independent = leases.slice(1, 5).map((l) =>
+      runner.run(
+        l,
+        async (tx) => {
+          log.push(`i${l.id} start`);
+          if (++begun === 4) allBegun();
+          await tx`insert into effect_ledger values (${l.id}, 'independent')`;
+          await Promise.race([
+            together,
+            Bun.sleep(5_000).then(() =>
+              Promise.reject(new Error("independent fns ran one by one")),
+            ),
+          ]);
+          log.push(`i${l.id} end`);
+          return undefined;
+        },
+        undefined,
+        true,
+      ),
+    );
+    const plain = leases.slice(5).map((l) =>
+      runner.run(l, async (tx) => {
+        log.push(`p${l.id} start`);
+        await tx`insert into effect_ledger values (${l.id}, 'plain')`;
+        log.push(`p${l.id} end`);
+        return undefined;
+      }),
+    );
+    await release();
+    const settled = await Promise.allSettled([...independent, ...plain]);
+    expect(settled.map((s) => s.status)).toEqual(Array(7).fill("fulfilled"));
+    // All independent fns begin before any ends; plain fns start only after
+    // every independent one ended, and never overlap one another.
+    const firstEnd = log.findIndex((e) => e.endsWith("end"));
+    expect(log.slice(0, firstEnd).filter((e) => e.startsWith("i"))).toHaveLength(4);
+    expect(log.slice(0, 8).every((e) => e.startsWith("i"))).toBe(true);
+    expect(log.slice(8).map((e) => e.split(" ")[1])).toEqual([
+      "start",
+      "end",
+      "start",
+      "end",
+      "start",
+      "end",
+    ]);
+    const rows = await jobRows();
+    for (const l of leases) expect(rows.get(l.id)?.state).toBe("completed");
+    expect((await db.sql`select count(*)::int as n from effect_ledger`)[0]?.n).toBe(7);
+  });
+
+  test.each(EFFECT_ISOLATION)(
+    "%s: an independent fn's tx refuses savepoints, and its job's effect does not commit",
+    async (isolation) => {
+      const [alone, a, b] = (await lease(3)) as [Lease, Lease, Lease];
+      const runner = oneSlotRunner({ isolation });
+      const viaSavepoint = (l: Lease) =>
+        runner.run(
+          l,
+          async (tx) => {
+            await tx`insert into effect_ledger values (${l.id}, 'before')`;
+            await tx.savepoint(
+              (sp) => sp`insert into effect_ledger values (${l.id} + 1000000, 'inside')`,
+            );
+            return undefined;
+          },
+          undefined,
+          true,
+        );
+      // Alone (a transaction of its own) and in a group with a plain fn.
+      await expect(viaSavepoint(alone)).rejects.toThrow(/may not take savepoints/);
+      const [refused, plain] = await Promise.allSettled([
+        viaSavepoint(a),
+        runner.run(b, async (tx) => {
+          await tx`insert into effect_ledger values (${b.id}, 'plain')`;
+          return undefined;
+        }),
+      ]);
+      expect((refused as PromiseRejectedResult).reason).toBeInstanceOf(ConveyorError);
+      expect(plain?.status).toBe("fulfilled");
+      const ledger = await db.sql`select job_id, note from effect_ledger`;
+      expect(ledger.map((r) => [String(r.job_id), r.note])).toEqual([[b.id, "plain"]]);
+      const rows = await jobRows();
+      expect([alone, a, b].map((l) => rows.get(l.id)?.state)).toEqual([
+        "running",
+        "running",
+        "completed",
+      ]);
+    },
+  );
+
   test.each(EFFECT_ISOLATION)(
     "%s, property: an effect is committed exactly when its completion is, whatever the mix",
     async (isolation) => {
@@ -317,7 +447,10 @@ describe("shared effect transactions", () => {
       await fc.assert(
         fc.asyncProperty(
           fc.array(
-            fc.constantFrom<Kind>("ok", "result", "throw", "sqlError", "caughtError", "stolen"),
+            fc.tuple(
+              fc.constantFrom<Kind>("ok", "result", "throw", "sqlError", "caughtError", "stolen"),
+              fc.boolean(), // declared independent
+            ),
             {
               minLength: 1,
               maxLength: 40,
@@ -325,7 +458,8 @@ describe("shared effect transactions", () => {
           ),
           fc.integer({ min: 1, max: 60 }),
           fc.integer({ min: 1, max: 4 }),
-          async (kinds, maxGroup, concurrency) => {
+          async (jobs, maxGroup, concurrency) => {
+            const kinds = jobs.map(([k]) => k);
             await db.sql`truncate conveyor_jobs, effect_ledger`;
             const stolen = kinds.flatMap((k, i) => (k === "stolen" ? [i] : []));
             const leases = await lease(kinds.length, stolen);
@@ -340,14 +474,19 @@ describe("shared effect transactions", () => {
             const settled = await Promise.allSettled(
               kinds.map((k, i) => {
                 const l = leases[i] as Lease;
-                return runner.run(l, async (tx) => {
-                  runs[i] = (runs[i] as number) + 1;
-                  await tx`insert into effect_ledger values (${l.id}, ${k})`;
-                  if (k === "throw") throw new Error("boom");
-                  if (k === "sqlError") await tx`select 1 / 0`;
-                  if (k === "caughtError") await tx`select 1 / 0`.catch(() => {});
-                  return k === "result" ? { i } : undefined;
-                });
+                return runner.run(
+                  l,
+                  async (tx) => {
+                    runs[i] = (runs[i] as number) + 1;
+                    await tx`insert into effect_ledger values (${l.id}, ${k})`;
+                    if (k === "throw") throw new Error("boom");
+                    if (k === "sqlError") await tx`select 1 / 0`;
+                    if (k === "caughtError") await tx`select 1 / 0`.catch(() => {});
+                    return k === "result" ? { i } : undefined;
+                  },
+                  undefined,
+                  jobs[i]?.[1],
+                );
               }),
             );
             // A fn runs once, or in "rerun" twice when something failed in its
@@ -385,9 +524,13 @@ describe("shared effect transactions", () => {
     },
   );
 
-  for (const effectBatch of [1, 50]) {
-    test(`a worker's handlers with effectBatch ${effectBatch}: 300 jobs, each effect once`, async () => {
-      const queue = `effects-worker-${effectBatch}`;
+  for (const [effectBatch, independent] of [
+    [1, false],
+    [50, false],
+    [50, true],
+  ] as const) {
+    test(`a worker's handlers with effectBatch ${effectBatch}${independent ? ", independent" : ""}: 300 jobs, each effect once`, async () => {
+      const queue = `effects-worker-${effectBatch}-${independent}`;
       await enqueueMany(
         db.sql,
         Array.from({ length: 300 }, (_, i) => ({ queue, kind: "pay", payload: { i } })),
@@ -397,10 +540,13 @@ describe("shared effect transactions", () => {
         queues: { [queue]: { concurrency: 100 } },
         handlers: {
           pay: async (_p, ctx) =>
-            ctx.transaction(async (tx) => {
-              await tx`insert into effect_ledger values (${ctx.job.id}, 'paid')`;
-              return undefined;
-            }),
+            ctx.transaction(
+              async (tx) => {
+                await tx`insert into effect_ledger values (${ctx.job.id}, 'paid')`;
+                return undefined;
+              },
+              { independent },
+            ),
         },
         effectBatch,
         logger: silentLogger,

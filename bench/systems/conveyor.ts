@@ -1,7 +1,9 @@
 // Conveyor through its real worker pool (createWorker) and its public enqueue
 // API; as conveyor-http, enqueues go through the HTTP API (createApi in a
 // server process of its own) and the typed client instead. Runs on Bun.
-// Settings: concurrency, fetchBatch, poolMax (postgres.js pool of the worker).
+// Settings: concurrency, fetchBatch, poolMax (postgres.js pool of the worker);
+// for the ledger also effectConcurrency, effectIsolation and independent (the
+// handler declares its insert independent of other jobs').
 import { randomBytes } from "node:crypto";
 import path from "node:path";
 import type { Subprocess } from "bun";
@@ -107,13 +109,17 @@ function conveyorAdapter(task: Task): Adapter {
       else await enqueueMany(client, ps.map(job));
     },
     async start(onStart) {
+      const independent = s.independent === true;
       const handler = task.ledger
         ? async (p: Payload, ctx: JobContext) => {
             onStart(p);
-            await ctx.transaction(async (tx) => {
-              await tx`insert into bench_ledger (job_id, amount) values (${ctx.job.id}, 1)`;
-              return undefined;
-            });
+            await ctx.transaction(
+              async (tx) => {
+                await tx`insert into bench_ledger (job_id, amount) values (${ctx.job.id}, 1)`;
+                return undefined;
+              },
+              { independent },
+            );
           }
         : (p: Payload) => {
             onStart(p);

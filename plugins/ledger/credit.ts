@@ -17,10 +17,13 @@ export default definePlugin({
   schema, // a payload that fails it cancels the job: retrying would fail the same way
   queue: "ledger",
   async handler(credit, ctx) {
-    return ctx.transaction(async (tx) => {
-      // The plugin owns its table. Two first runs racing on the create can
-      // fail one with a duplicate-type error; that attempt simply retries.
-      await tx`create table if not exists ledger_entries (
+    // Independent: it writes only its own job's row, so the jobs sharing
+    // its transaction may run their inserts at once, pipelined.
+    return ctx.transaction(
+      async (tx) => {
+        // The plugin owns its table. Two first runs racing on the create can
+        // fail one with a duplicate-type error; that attempt simply retries.
+        await tx`create table if not exists ledger_entries (
         id bigint generated always as identity primary key,
         job_id bigint not null unique,
         account text not null,
@@ -28,12 +31,14 @@ export default definePlugin({
         memo text,
         fencing_token bigint not null,
         created_at timestamptz not null default now())`;
-      const [row] = await tx`
+        const [row] = await tx`
         insert into ledger_entries (job_id, account, amount_cents, memo, fencing_token)
         values (${ctx.job.id}, ${credit.account}, ${credit.amountCents}, ${credit.memo ?? null},
                 ${ctx.fencingToken})
         returning id`;
-      return { entryId: String(row?.id) };
-    });
+        return { entryId: String(row?.id) };
+      },
+      { independent: true },
+    );
   },
 });

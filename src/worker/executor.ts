@@ -129,7 +129,7 @@ export function createExecutor(d: ExecutorDeps) {
         logger ??= d.logger.child({ jobId: job.id, kind: job.kind, fencingToken: lease.version });
         return logger;
       },
-      async transaction(fn) {
+      async transaction(fn, options) {
         if (exec.committed || transactionCalled) {
           throw new ConveyorError("ctx.transaction() may be called once per job");
         }
@@ -141,6 +141,7 @@ export function createExecutor(d: ExecutorDeps) {
             lease,
             fn as Parameters<EffectRunner["run"]>[1],
             () => (exec.inTransaction = true),
+            options?.independent === true,
           );
           exec.committed = true;
           return out as Awaited<ReturnType<typeof fn>>;
