@@ -12,10 +12,15 @@ export default {
   kind: "fault/ledger",
   async handler(p: Payload, ctx: JobContext) {
     await Bun.sleep(p.before);
-    return ctx.transaction(async (tx) => {
-      await tx`insert into ledger (job_id, token, owner) values (${ctx.job.id}, ${ctx.fencingToken}, ${ctx.job.leaseOwner})`;
-      await Bun.sleep(p.inside);
-      return { token: ctx.fencingToken };
-    });
+    // Half the jobs declare their effect independent, so shared transactions
+    // mix fns run at once with fns run one by one, and faults hit both.
+    return ctx.transaction(
+      async (tx) => {
+        await tx`insert into ledger (job_id, token, owner) values (${ctx.job.id}, ${ctx.fencingToken}, ${ctx.job.leaseOwner})`;
+        await Bun.sleep(p.inside);
+        return { token: ctx.fencingToken };
+      },
+      { independent: Number(ctx.job.id) % 2 === 0 },
+    );
   },
 };
