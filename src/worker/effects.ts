@@ -47,8 +47,9 @@
 // postgres.js then pipelines their statements on the transaction's
 // connection, several per network write, where one after another each cost a
 // round trip. With a ledger insert per job that round trip was most of the
-// CPU per job, worker's and server's (2 cores, 40,000 jobs, 4 runs): 6,700-
-// 7,300 jobs/s one by one, 11,400-11,800 at once. Savepoints are a stack
+// CPU per job, worker's and server's: 7,571 jobs/s one by one, 12,957 at
+// once (100,000 jobs, 2 cores, medians of 3 in one bench run,
+// results/benchmarks-2026-12-01-independent.json). Savepoints are a stack
 // that interleaved fns would unwind into each other (ROLLBACK TO one fn's
 // savepoint undoes what another wrote after it), so an independent fn's tx
 // refuses them; the savepoint pass runs every fn alone.
