@@ -139,25 +139,23 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
   const queue: Request[] = [];
   let active = 0;
 
-  async function runAlone(r: Request) {
-    await o.sql.begin(async (tx) => {
-      // First statement: the fenced completion, which also locks the row.
-      const done = await completeJobs(tx, o.owner, [r.lease]);
-      if (!done.has(r.lease.id)) throw stale(r.lease);
-      r.out = await r.fn(r.independent ? withoutSavepoints(tx) : tx);
-      if (r.out !== undefined) {
-        assertJson(r.out, "result");
-        await setResultLocked(tx, r.lease.id, r.out);
-      }
-    });
-    r.outcome = { ok: true };
-  }
-
+  // An independent fn gets a tx without savepoints (withoutSavepoints).
   const runFn = async (r: Request, tx: Tx) => {
     const out = await r.fn(r.independent ? withoutSavepoints(tx) : tx);
     if (out !== undefined) assertJson(out, "result");
     return out;
   };
+
+  async function runAlone(r: Request) {
+    await o.sql.begin(async (tx) => {
+      // First statement: the fenced completion, which also locks the row.
+      const done = await completeJobs(tx, o.owner, [r.lease]);
+      if (!done.has(r.lease.id)) throw stale(r.lease);
+      r.out = await runFn(r, tx);
+      if (r.out !== undefined) await setResultLocked(tx, r.lease.id, r.out);
+    });
+    r.outcome = { ok: true };
+  }
 
   /**
    * One shared transaction for the group. With savepoints, a failing fn is
@@ -193,19 +191,19 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
             (together[i] as Request).out = s.value;
           });
           ran.push(...together);
-        }
-        for (const r of live) {
-          if (!savepoints) {
+          for (const r of live) {
             if (r.independent) continue;
             r.out = await runFn(r, tx);
             ran.push(r);
-            continue;
           }
-          try {
-            r.out = await tx.savepoint((sp) => runFn(r, sp));
-            ran.push(r);
-          } catch (error) {
-            r.outcome = { ok: false, error };
+        } else {
+          for (const r of live) {
+            try {
+              r.out = await tx.savepoint((sp) => runFn(r, sp));
+              ran.push(r);
+            } catch (error) {
+              r.outcome = { ok: false, error };
+            }
           }
         }
         const done = await completeJobs(
