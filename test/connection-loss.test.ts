@@ -4,11 +4,13 @@
 // terminations stop. The worker runs in a child process, as in a daemon, so
 // that the client library's stray socket errors are its own.
 //
-// This does not reliably reproduce the two defects the fault suite's
-// pg-terminate scenario found (a postgres.js write path that could leave a
-// connection unable to send, patched by scripts/patch-postgres.mjs, and
-// queries that never settled and wedged the producer, now bounded by
-// withDeadline); that scenario (npm run test:fault) is their regression test.
+// The first test does not reliably reproduce the write-path defect the fault
+// suite's pg-terminate scenario found (a postgres.js write path that could
+// leave a connection unable to send, patched by scripts/patch-postgres.mjs);
+// that scenario (npm run test:fault) is its regression test. Statements that
+// never settled after a reset (which wedged loops before withDeadline bounded
+// them) and a closed transaction's statements running on the reconnected
+// connection are patched too, and tested here directly.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import path from "node:path";
 import postgres from "postgres";
@@ -16,6 +18,8 @@ import { enqueue } from "../src/enqueue.ts";
 import { cancel, type Handler, snooze } from "../src/handler.ts";
 import type { Logger } from "../src/logger.ts";
 import { createWorker } from "../src/worker/worker.ts";
+import { startProxy } from "./fault/proxy.ts";
+import { rng } from "./fault/rng.ts";
 import { startResetProxy } from "./fixtures/reset-proxy.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
@@ -255,3 +259,90 @@ test("a shared effect transaction whose COMMIT reply is lost is not rerun: every
   expect(rows).toHaveLength(jobs);
   for (const r of rows) expect(r).toMatchObject({ state: "completed", effects: 1 });
 }, 30_000);
+
+test("a transaction whose connection closed runs nothing more: not on its own, not inside the transaction that reuses the connection", async () => {
+  await db.sql`create table if not exists closed_tx (note text not null)`;
+  const app = `closing-${Math.random().toString(36).slice(2, 8)}`;
+  // One connection, so the pool reconnects the very one the transaction held.
+  const pool = db.connect({ max: 1, connection: { application_name: app } });
+  const gate = () => {
+    let open!: () => void;
+    const opened = new Promise<void>((r) => (open = r));
+    return { open, opened };
+  };
+  const inserted = gate();
+  const resume = gate();
+  const strayDone = gate();
+  let stray: unknown;
+  const first = pool
+    .begin(async (tx) => {
+      await tx`insert into closed_tx values ('first, before the close')`;
+      inserted.open();
+      await resume.opened;
+      stray = await tx`insert into closed_tx values ('first, after the close')`.then(
+        () => "ran",
+        (error) => error,
+      );
+      strayDone.open();
+      // Returning sends COMMIT.
+    })
+    .then(
+      () => "committed",
+      (error) => error,
+    );
+  await inserted.opened;
+  await db.sql`select pg_terminate_backend(pid) from pg_stat_activity where application_name = ${app}`;
+  expect(await first).toMatchObject({ code: "CONNECTION_CLOSED" });
+  const secondIn = gate();
+  const secondEnd = gate();
+  const second = pool
+    .begin(async (tx) => {
+      await tx`insert into closed_tx values ('second')`;
+      secondIn.open();
+      await secondEnd.opened;
+      throw new Error("second rolls back");
+    })
+    .catch((error) => error);
+  await secondIn.opened;
+  // The first callback resumes while the second holds the reconnected connection.
+  resume.open();
+  await strayDone.opened;
+  await Bun.sleep(200); // the first callback's COMMIT, if it were sent
+  secondEnd.open();
+  expect(await second).toMatchObject({ message: "second rolls back" });
+  expect(stray).toMatchObject({ code: "CONNECTION_CLOSED" });
+  // The server rolled the first back; the second rolled back; nothing leaked into either.
+  const notes = await db.sql`select note from closed_tx`;
+  expect(notes.map((r) => r.note)).toEqual([]);
+  await pool.end({ timeout: 1 });
+});
+
+test("every statement in flight when its connection is reset settles", async () => {
+  const u = new URL(db.url);
+  const proxy = await startProxy({ host: u.hostname, port: Number(u.port) }, rng(7));
+  const pool = db.connect({ max: 4, port: proxy.port });
+  const random = rng(8);
+  let settled = 0;
+  let unsettled = 0;
+  try {
+    for (let round = 0; round < 25; round++) {
+      const statements = Array.from({ length: 8 }, () =>
+        pool`select pg_sleep(${random.int(0, 20) / 1000})`.then(
+          () => "settled",
+          () => "settled",
+        ),
+      );
+      await Bun.sleep(random.int(0, 15));
+      proxy.dropAll();
+      const outcomes = await Promise.all(
+        statements.map((s) => Promise.race([s, Bun.sleep(3_000).then(() => "pending")])),
+      );
+      for (const o of outcomes) o === "settled" ? settled++ : unsettled++;
+    }
+  } finally {
+    await pool.end({ timeout: 1 });
+    await proxy.close();
+  }
+  expect(proxy.dropped).toBeGreaterThan(0);
+  expect({ settled, unsettled }).toEqual({ settled: 200, unsettled: 0 });
+}, 60_000);
