@@ -32,7 +32,9 @@ export interface JobContext {
    * can commit (worker option `effectIsolation: "savepoint"` runs each `fn`
    * once, at a subtransaction per job). Keep `fn` to database work: while it
    * runs, the jobs after it in the shared transaction wait, unless it is
-   * `independent` (see TransactionOptions).
+   * `independent` (see TransactionOptions). A shared transaction not
+   * committed within worker option `effectTimeoutMs` (30 s) rolls back, and
+   * the promise rejects with DeadlineError.
    */
   transaction<T extends JsonValue | undefined>(
     fn: (tx: Db) => Promise<T>,

@@ -8,7 +8,7 @@ import type { Lease } from "../src/db/db.ts";
 import { fetchJobs } from "../src/db/fetch.ts";
 import { reapExpiredLeases } from "../src/db/reap.ts";
 import { enqueueMany } from "../src/enqueue.ts";
-import { ConveyorError, StaleLeaseError } from "../src/errors.ts";
+import { ConveyorError, DeadlineError, StaleLeaseError } from "../src/errors.ts";
 import { silentLogger } from "../src/logger.ts";
 import {
   createEffectRunner,
@@ -606,5 +606,126 @@ describe("shared effect transactions", () => {
       ["quick", "completed", 1, "quick"],
       ["slow", "completed", 1, "slow"],
     ]);
+  });
+});
+
+/** Waits until no transaction holds these jobs' rows (what the reaper needs); false after `ms`. */
+async function rowsReleased(ids: string[], ms: number): Promise<boolean> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const free = await db.sql.begin(
+      (tx) =>
+        tx`select id from conveyor_jobs where id = any(${ids}::bigint[]) for update skip locked`,
+    );
+    if (free.length === ids.length) return true;
+    if (Date.now() > end) return false;
+    await Bun.sleep(50);
+  }
+}
+
+describe("an effect transaction past its timeout", () => {
+  const sizes = { alone: 1, group: 3 } as const;
+
+  test.each(Object.keys(sizes) as (keyof typeof sizes)[])(
+    "%s: whose fn hangs is rejected, frees its slot, commits nothing, and the server ends it, releasing the rows",
+    async (mode) => {
+      const runner = oneSlotRunner({ timeoutMs: 300 });
+      const leases = await lease(sizes[mode]);
+      let unhang!: () => void;
+      const hang = new Promise<void>((r) => (unhang = r));
+      const started = performance.now();
+      const settled = await Promise.allSettled(
+        leases.map((l, i) =>
+          runner.run(l, async (tx) => {
+            await tx`insert into effect_ledger values (${l.id}, 'hung')`;
+            if (i === 0) await hang;
+            return { i };
+          }),
+        ),
+      );
+      expect(performance.now() - started).toBeGreaterThanOrEqual(290);
+      for (const s of settled) {
+        expect(s.status === "rejected" && s.reason).toBeInstanceOf(DeadlineError);
+      }
+      // The one slot is free again while the fn still hangs.
+      const [next] = await lease(1);
+      expect(await runner.run(next as Lease, async () => ({ next: true }))).toEqual({ next: true });
+      // Idle in transaction past the limit: the server ends it.
+      const ids = leases.map((l) => l.id);
+      expect(await rowsReleased(ids, 5_000)).toBe(true);
+      unhang();
+      await Bun.sleep(100);
+      const rows = await db.sql`select j.state, j.lease_owner, count(l.job_id)::int as effects
+        from conveyor_jobs j left join effect_ledger l on l.job_id = j.id
+        where j.id = any(${ids}::bigint[]) group by j.id order by j.id`;
+      expect(rows.map((r) => [r.state, r.lease_owner, r.effects])).toEqual(
+        leases.map(() => ["running", "A", 0]),
+      );
+    },
+  );
+
+  test.each(Object.keys(sizes) as (keyof typeof sizes)[])(
+    "%s: whose fn is still busy in a statement rolls back when it returns, though nothing failed",
+    async (mode) => {
+      const runner = oneSlotRunner({ timeoutMs: 300 });
+      const leases = await lease(sizes[mode]);
+      const settled = await Promise.allSettled(
+        leases.map((l, i) =>
+          runner.run(l, async (tx) => {
+            await tx`insert into effect_ledger values (${l.id}, 'busy')`;
+            // Busy, not idle: the server's idle limit does not end it.
+            if (i === 0) await tx`select pg_sleep(0.8)`;
+            return { i };
+          }),
+        ),
+      );
+      for (const s of settled) {
+        expect(s.status === "rejected" && s.reason).toBeInstanceOf(DeadlineError);
+      }
+      const ids = leases.map((l) => l.id);
+      expect(await rowsReleased(ids, 5_000)).toBe(true);
+      const [effects] = await db.sql`select count(*)::int as n from effect_ledger
+        where job_id = any(${ids}::bigint[])`;
+      expect(effects?.n).toBe(0);
+      const states = await db.sql`select state from conveyor_jobs where id = any(${ids}::bigint[])`;
+      expect(states.map((r) => r.state)).toEqual(leases.map(() => "running"));
+    },
+  );
+
+  test("a worker's job whose effect hung fails with DeadlineError and completes on its next attempt", async () => {
+    const queue = "effects-hung";
+    // Released at the end: a fn that never returns keeps its pool connection.
+    let unhang!: () => void;
+    const hang = new Promise<void>((r) => (unhang = r));
+    const [{ job } = { job: undefined }] = await enqueueMany(db.sql, [
+      { queue, kind: "hangs-once", payload: {} },
+    ]);
+    const worker = createWorker({
+      sql: db.sql,
+      queues: { [queue]: { concurrency: 1, leaseMs: 1_000 } },
+      heartbeatMs: 100,
+      reaper: { intervalMs: 100 },
+      backoff: { baseMs: 10, maxMs: 10 },
+      effectTimeoutMs: 300,
+      handlers: {
+        "hangs-once": async (_p, ctx) =>
+          ctx.transaction(async (tx) => {
+            await tx`insert into effect_ledger values (${ctx.job.id}, ${`attempt ${ctx.job.attempts}`})`;
+            if (ctx.job.attempts === 1) await hang;
+            return { attempt: ctx.job.attempts };
+          }),
+      },
+      logger: silentLogger,
+    });
+    await runUntilCompleted(worker, 1);
+    unhang();
+    const [row] = await db.sql`select state, attempts, result, errors from conveyor_jobs
+      where id = ${job?.id as string}`;
+    expect(row?.state).toBe("completed");
+    expect(row?.attempts).toBe(2);
+    expect(row?.result).toEqual({ attempt: 2 });
+    expect(row?.errors.map((e: { name: string }) => e.name)).toEqual(["DeadlineError"]);
+    const notes = await db.sql`select note from effect_ledger where job_id = ${job?.id as string}`;
+    expect(notes.map((r) => r.note)).toEqual(["attempt 2"]);
   });
 });

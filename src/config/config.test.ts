@@ -145,8 +145,13 @@ describe("config", () => {
       effectBatch: 50,
       effectConcurrency: 4,
       effectIsolation: "rerun",
+      effectTimeoutMs: 30_000,
     });
     expect(load("[worker]\neffect_batch = 1\n").worker.effectBatch).toBe(1);
+    expect(load("[worker]\neffect_timeout_ms = 120000\n").worker.effectTimeoutMs).toBe(120_000);
+    const short = configError(() => load("[worker]\neffect_timeout_ms = 5\n"));
+    expect(short.path).toBe("worker.effect_timeout_ms");
+    expect(short.line).toBe(2);
     const e = configError(() => load("[worker]\ngrace_ms = 5\neffect_batch = 61\n"));
     expect(e.path).toBe("worker.effect_batch");
     expect(e.line).toBe(3);

@@ -65,6 +65,7 @@ export interface DaemonConfig {
     effectBatch: number;
     effectConcurrency: number;
     effectIsolation: EffectIsolation;
+    effectTimeoutMs: number;
     handOff: boolean;
   };
   queues: Record<string, QueueConfig>;
@@ -247,6 +248,7 @@ export function resolveConfig(
       effectBatch: raw.worker.effect_batch,
       effectConcurrency: raw.worker.effect_concurrency,
       effectIsolation: raw.worker.effect_isolation,
+      effectTimeoutMs: raw.worker.effect_timeout_ms,
       handOff: raw.worker.hand_off,
     },
     queues,

@@ -5,6 +5,7 @@ import { z } from "zod";
 import { DEFAULT_MAX_ATTEMPTS, KIND_RE, QUEUE_NAME_RE } from "../enqueue.ts";
 import { DEFAULT_BACKOFF } from "../retry.ts";
 import { EFFECT_GROUP_MAX, EFFECT_ISOLATION } from "../worker/effects.ts";
+import { DB_CALL_DEADLINE_MS } from "../worker/loop.ts";
 import { DEFAULT_RETENTION_MS } from "../worker/pruner.ts";
 import {
   DEFAULT_CONCURRENCY,
@@ -90,6 +91,7 @@ const workerSchema = z
     effect_batch: int(1, EFFECT_GROUP_MAX).default(DEFAULT_EFFECT_BATCH),
     effect_concurrency: int(1, 64).default(DEFAULT_EFFECT_CONCURRENCY),
     effect_isolation: z.enum(EFFECT_ISOLATION).default("rerun"),
+    effect_timeout_ms: int(100, DAY_MS).default(DB_CALL_DEADLINE_MS),
     hand_off: z.boolean().default(true),
   })
   .strict();
@@ -171,6 +173,7 @@ export const configSchema = z
       effect_batch: DEFAULT_EFFECT_BATCH,
       effect_concurrency: DEFAULT_EFFECT_CONCURRENCY,
       effect_isolation: "rerun",
+      effect_timeout_ms: DB_CALL_DEADLINE_MS,
       hand_off: true,
     }),
     queues: z

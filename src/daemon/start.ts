@@ -174,6 +174,7 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
             effectBatch: config.worker.effectBatch,
             effectConcurrency: config.worker.effectConcurrency,
             effectIsolation: config.worker.effectIsolation,
+            effectTimeoutMs: config.worker.effectTimeoutMs,
             handOff: config.worker.handOff,
             reaper: false,
             logger,

@@ -56,13 +56,22 @@
 //
 // Postgres caches 64 subtransaction ids per backend before every snapshot
 // has to look them up in pg_subtrans, so a group stays below that.
+//
+// A transaction that has not committed after `timeoutMs` (fns included) is
+// abandoned: its requests are rejected, its slot is freed, and it can no
+// longer commit. Its rows stay locked while the server holds it open, and a
+// locked row is neither heartbeated nor reaped, so the transaction also sets
+// idle_in_transaction_session_timeout to the same limit: a client that goes
+// quiet inside it (a hung fn, or a query postgres.js never settled after a
+// dropped connection, seen in the fault suite) has the server end it, which
+// releases the rows for the reaper.
 
 import type postgres from "postgres";
 import type { Lease, Pool } from "../db/db.ts";
 import { completeJobs, lockLeasedJobs, setResultLocked } from "../db/outcome.ts";
-import { ConveyorError, StaleLeaseError } from "../errors.ts";
+import { ConveyorError, DeadlineError, StaleLeaseError } from "../errors.ts";
 import { assertJson, type JsonValue } from "../json.ts";
-import { nextTurn } from "./loop.ts";
+import { DB_CALL_DEADLINE_MS, nextTurn } from "./loop.ts";
 
 export const EFFECT_GROUP_MAX = 60;
 
@@ -99,6 +108,8 @@ export interface EffectRunnerOptions {
   concurrency: number;
   /** Default "rerun". */
   isolation?: EffectIsolation;
+  /** Longest a transaction may take, fns included, before it is abandoned (see above); default DB_CALL_DEADLINE_MS. */
+  timeoutMs?: number;
 }
 
 interface Request {
@@ -136,8 +147,43 @@ function withoutSavepoints(tx: Tx): Tx {
 export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
   const maxGroup = Math.max(1, Math.min(EFFECT_GROUP_MAX, o.maxGroup));
   const isolation = o.isolation ?? "rerun";
+  const timeoutMs = o.timeoutMs ?? DB_CALL_DEADLINE_MS;
   const queue: Request[] = [];
   let active = 0;
+
+  /**
+   * o.sql.begin(body), abandoned after timeoutMs: rejects with DeadlineError
+   * then, and the transaction, if it ever gets that far, rolls back instead
+   * of completing its jobs. `inTime` throws once abandoned: body calls it
+   * before its completion statement.
+   */
+  async function transaction(body: (tx: Tx, inTime: () => void) => Promise<void>): Promise<void> {
+    let abandoned: DeadlineError | undefined;
+    const inTime = () => {
+      if (abandoned) throw abandoned;
+    };
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        abandoned = new DeadlineError("effect transaction", timeoutMs);
+        reject(abandoned);
+      }, timeoutMs);
+    });
+    const run = o.sql.begin(async (tx) => {
+      // Sent before body's first statement, in the same network write.
+      const limit =
+        tx`select set_config('idle_in_transaction_session_timeout', ${String(timeoutMs)}, true)`.execute();
+      await Promise.all([limit, body(tx, inTime)]);
+      inTime();
+    });
+    try {
+      await Promise.race([run, deadline]);
+    } finally {
+      clearTimeout(timer);
+      // Settles whenever it does, with nobody waiting.
+      if (abandoned) run.catch(() => {});
+    }
+  }
 
   // An independent fn gets a tx without savepoints (withoutSavepoints).
   const runFn = async (r: Request, tx: Tx) => {
@@ -147,11 +193,12 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
   };
 
   async function runAlone(r: Request) {
-    await o.sql.begin(async (tx) => {
+    await transaction(async (tx, inTime) => {
       // First statement: the fenced completion, which also locks the row.
       const done = await completeJobs(tx, o.owner, [r.lease]);
       if (!done.has(r.lease.id)) throw stale(r.lease);
       r.out = await runFn(r, tx);
+      inTime();
       if (r.out !== undefined) await setResultLocked(tx, r.lease.id, r.out);
     });
     r.outcome = { ok: true };
@@ -168,7 +215,7 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
   async function runShared(group: Request[], savepoints: boolean): Promise<boolean> {
     let rerun = false;
     try {
-      await o.sql.begin(async (tx) => {
+      await transaction(async (tx, inTime) => {
         const held = await lockLeasedJobs(
           tx,
           o.owner,
@@ -206,6 +253,7 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
             }
           }
         }
+        inTime();
         const done = await completeJobs(
           tx,
           o.owner,
@@ -220,7 +268,8 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
         }
       });
     } catch (error) {
-      if (!rerun) throw error;
+      // An abandoned transaction may still hold the rows: never rerun it.
+      if (!rerun || error instanceof DeadlineError) throw error;
       for (const r of group) {
         r.out = undefined;
         r.outcome = undefined;

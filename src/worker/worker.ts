@@ -18,7 +18,7 @@ import { createEffectRunner, EFFECT_GROUP_MAX, EFFECT_ISOLATION } from "./effect
 import { abortExecution, type Execution } from "./execution.ts";
 import { createExecutor } from "./executor.ts";
 import { createHeartbeat } from "./heartbeat.ts";
-import { withDeadline } from "./loop.ts";
+import { DB_CALL_DEADLINE_MS, withDeadline } from "./loop.ts";
 import { createProducer, type Producer } from "./producer.ts";
 import { createReaper } from "./reaper.ts";
 import { listenForJobs, type Wakeup } from "./wakeup.ts";
@@ -120,6 +120,12 @@ export const workerOptionsSchema = z
      * savepoint from the start (each runs once, at a subtransaction per job).
      */
     effectIsolation: z.enum(EFFECT_ISOLATION).default("rerun"),
+    /**
+     * ctx.transaction(): longest a shared transaction may take, its fns
+     * included. Past it the transaction is abandoned (it cannot commit, and
+     * the server ends it once idle that long) and its jobs fail and retry.
+     */
+    effectTimeoutMs: z.number().int().min(100).max(86_400_000).default(DB_CALL_DEADLINE_MS),
     /** How long any one database call may take before the loop waiting for it moves on. */
     callDeadlineMs: z.number().int().min(100).max(600_000).optional(),
     logger: z.custom<Logger>().optional(),
@@ -182,6 +188,7 @@ export function createWorker(options: WorkerOptions): Worker {
     maxGroup: o.effectBatch,
     concurrency: o.effectConcurrency,
     isolation: o.effectIsolation,
+    timeoutMs: o.effectTimeoutMs,
   });
   const execute = createExecutor({
     sql,
