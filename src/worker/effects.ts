@@ -58,8 +58,9 @@
 // has to look them up in pg_subtrans, so a group stays below that.
 //
 // A transaction that has not committed after `timeoutMs` (fns included) is
-// abandoned: its requests are rejected, its slot is freed, and it can no
-// longer commit. Its rows stay locked while the server holds it open, and a
+// abandoned: its requests are rejected, its slot is freed, and it sends no
+// completion or COMMIT any more (one already sent is an unknown outcome, as
+// a lost reply is, which the executor's fail write reads back). Its rows stay locked while the server holds it open, and a
 // locked row is neither heartbeated nor reaped, so the transaction also sets
 // idle_in_transaction_session_timeout to the same limit: a client that goes
 // quiet inside it (a hung fn, or a query postgres.js never settled after a

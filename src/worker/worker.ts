@@ -122,8 +122,9 @@ export const workerOptionsSchema = z
     effectIsolation: z.enum(EFFECT_ISOLATION).default("rerun"),
     /**
      * ctx.transaction(): longest a shared transaction may take, its fns
-     * included. Past it the transaction is abandoned (it cannot commit, and
-     * the server ends it once idle that long) and its jobs fail and retry.
+     * included. Past it the transaction is abandoned (it sends no COMMIT any
+     * more, and the server ends it once idle that long) and its jobs fail
+     * and retry.
      */
     effectTimeoutMs: z.number().int().min(100).max(86_400_000).default(DB_CALL_DEADLINE_MS),
     /** How long any one database call may take before the loop waiting for it moves on. */
