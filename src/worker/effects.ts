@@ -60,12 +60,13 @@
 // A transaction that has not committed after `timeoutMs` (fns included) is
 // abandoned: its requests are rejected, its slot is freed, and it sends no
 // completion or COMMIT any more (one already sent is an unknown outcome, as
-// a lost reply is, which the executor's fail write reads back). Its rows stay locked while the server holds it open, and a
-// locked row is neither heartbeated nor reaped, so the transaction also sets
+// a lost reply is, which the executor's fail write reads back). Its rows
+// stay locked while the server holds it open, and a locked row is neither
+// heartbeated nor reaped, so the transaction also sets
 // idle_in_transaction_session_timeout to the same limit: a client that goes
-// quiet inside it (a hung fn, or a query postgres.js never settled after a
-// dropped connection, seen in the fault suite) has the server end it, which
-// releases the rows for the reaper.
+// quiet inside it (a hung fn, or a statement the client library never
+// settled, seen in the fault suite before scripts/patch-postgres.mjs) has
+// the server end it, which releases the rows for the reaper.
 
 import type postgres from "postgres";
 import type { Lease, Pool } from "../db/db.ts";

@@ -28,8 +28,9 @@ export function nextTurn(fn: () => void): () => void {
 /**
  * How long a loop waits for one database call. A healthy call takes
  * milliseconds; this bounds the rare one that never settles (a client-library
- * bug left queries on a dead connection pending forever in our fault suite),
- * so that it costs one iteration instead of wedging the loop.
+ * bug left queries on a dead connection pending forever in our fault suite;
+ * scripts/patch-postgres.mjs now settles them), so that it costs one
+ * iteration instead of wedging the loop.
  */
 export const DB_CALL_DEADLINE_MS = 30_000;
 
