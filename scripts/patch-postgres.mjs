@@ -42,9 +42,9 @@
 // queued in the transaction when it closed never settle. Upstream:
 // porsager/postgres#1186, #1216, fixes proposed in #1155 and #1215. Here, a
 // shared effect transaction whose connection dropped between two jobs' fns
-// would have committed the later fns' writes and the group's fenced
-// completion without the earlier fns' writes, which the server had rolled
-// back. The patch keeps the close error on the transaction: its queued
+// could, once the pool reused the connection, have committed the later fns'
+// writes and the group's fenced completion without the earlier fns' writes,
+// which the server had rolled back. The patch keeps the close error on the transaction: its queued
 // statements reject with it, and so does every later one, COMMIT and
 // ROLLBACK included.
 //
