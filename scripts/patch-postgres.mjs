@@ -44,16 +44,16 @@
 // shared effect transaction whose connection dropped between two jobs' fns
 // could, once the pool reused the connection, have committed the later fns'
 // writes and the group's fenced completion without the earlier fns' writes,
-// which the server had rolled back. The patch keeps the close error on the transaction: its queued
-// statements reject with it, and so does every later one, COMMIT and
-// ROLLBACK included.
+// which the server had rolled back. The patch keeps the close error on the
+// transaction: its queued statements reject with it, and so does every
+// later one, COMMIT and ROLLBACK included.
 //
 // 5. connection.js, a bug on Bun: when a socket closes with an error,
 // closed() leaves the statements in flight to the socket's 'error' event,
 // which does not always reach them under Bun. Those statements never settled:
 // 35 of 600 in a loop that reset connections under queries, 0 with the
-// patch; in the fault suite, a daemon's outcome writes "did not settle within
-// 30000 ms" after ECONNRESET. The stale statement also stayed the
+// patch; in the fault suite, the likely cause of a daemon's outcome writes
+// that "did not settle within 30000 ms" after ECONNRESET. The stale statement also stayed the
 // connection's current one, and `sql.end()` waited out its timeout for it.
 // The patch rejects them on every close and clears the current statement.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";

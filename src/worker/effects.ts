@@ -73,7 +73,7 @@ import type { Lease, Pool } from "../db/db.ts";
 import { completeJobs, lockLeasedJobs, setResultLocked } from "../db/outcome.ts";
 import { ConveyorError, DeadlineError, StaleLeaseError } from "../errors.ts";
 import { assertJson, type JsonValue } from "../json.ts";
-import { DB_CALL_DEADLINE_MS, nextTurn } from "./loop.ts";
+import { DB_CALL_DEADLINE_MS, nextTurn, withDeadline } from "./loop.ts";
 
 export const EFFECT_GROUP_MAX = 60;
 
@@ -164,13 +164,6 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
     const inTime = () => {
       if (abandoned) throw abandoned;
     };
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        abandoned = new DeadlineError("effect transaction", timeoutMs);
-        reject(abandoned);
-      }, timeoutMs);
-    });
     const run = o.sql.begin(async (tx) => {
       // Sent before body's first statement, in the same network write.
       const limit =
@@ -178,13 +171,10 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
       await Promise.all([limit, body(tx, inTime)]);
       inTime();
     });
-    try {
-      await Promise.race([run, deadline]);
-    } finally {
-      clearTimeout(timer);
-      // Settles whenever it does, with nobody waiting.
-      if (abandoned) run.catch(() => {});
-    }
+    await withDeadline(run, "effect transaction", timeoutMs).catch((error) => {
+      if (error instanceof DeadlineError) abandoned = error;
+      throw error;
+    });
   }
 
   // An independent fn gets a tx without savepoints (withoutSavepoints).
