@@ -23,7 +23,7 @@ test("with a backlog, a busy producer keeps two fetches in flight, not one after
     Array.from({ length: 2_000 }, () => ({ queue, kind: "k" })),
   );
   // 100 ms each way: no fetch can return within 200 ms.
-  const pool = await countingPool(db, /with next as/, { max: 4, latencyMs: 100 });
+  const pool = await countingPool(db, /set state = 'running'/, { max: 4, latencyMs: 100 });
   const producer = createProducer({
     sql: pool.sql,
     queue,
