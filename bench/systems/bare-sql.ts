@@ -74,19 +74,23 @@ function minimalTable(sql: postgres.Sql, owner: string): Statements {
       await sql`insert into bench_jobs (queue, kind, payload)
         select ${QUEUE}, ${KIND}, p from unnest(${ps.map((p) => JSON.stringify(p))}::jsonb[]) p`;
     },
+    // The locked ids as an array the update probes by primary key, as
+    // Conveyor's fetchJobs: joined as a CTE, the planner hashed them against
+    // a sequential scan of the table. The array form gave the higher, and so
+    // stricter, ceiling (3 reps each, same hour: best cell at N = 100,000
+    // 52,526 -> 63,342 jobs/s; at 10,000 within noise, 53,475 and 50,293).
     async dequeue(db, limit) {
       return (await db`
-        with next as (
-          select id from bench_jobs
-           where state = 0 and queue = ${QUEUE} and run_at <= now()
-           order by priority, run_at, id
-           limit ${limit}
-           for update skip locked)
         update bench_jobs j
            set state = 1, attempts = j.attempts + 1, lease_owner = ${owner},
                lease_version = j.lease_version + 1,
                lease_expires_at = now() + ${LEASE_MS}::float8 * interval '1 millisecond'
-          from next where j.id = next.id
+         where j.id = any(array(
+           select id from bench_jobs
+            where state = 0 and queue = ${QUEUE} and run_at <= now()
+            order by priority, run_at, id
+            limit ${limit}
+            for update skip locked))
         returning j.id, j.lease_version as version, j.payload`) as unknown as Leased[];
     },
     async complete(db, jobs) {
