@@ -7,8 +7,12 @@ ARG BUN_VERSION=1.4.5
 FROM oven/bun:${BUN_VERSION} AS build
 WORKDIR /src
 COPY package.json package-lock.json ./
+COPY scripts ./scripts
 # --ignore-scripts: the embedded PostgreSQL binaries are not needed to build.
-RUN bun install --production --ignore-scripts
+# That also skips our own postinstall, the postgres.js patches the engine
+# relies on (scripts/patch-postgres.mjs: statements that never settle, a
+# closed transaction's statements running outside it), so apply them here.
+RUN bun install --production --ignore-scripts && bun scripts/patch-postgres.mjs
 COPY tsconfig.json main.ts ./
 COPY src ./src
 COPY migrations ./migrations
