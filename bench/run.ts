@@ -13,7 +13,6 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { missingRuntimeEnv } from "../src/runtime-env.ts";
 import { findNode, machine, ROOT, versions } from "./lib/environment.ts";
 import { RESULT_PREFIX, type Result, type SettingValues, type Task } from "./lib/protocol.ts";
 import {
@@ -87,8 +86,6 @@ async function commitsAtRates(pg: BenchPostgres, p: Profile) {
 
 async function main() {
   const node = findNode();
-  // What the conveyor binary would add to this environment (src/runtime-env.ts).
-  const bunEnv = missingRuntimeEnv();
   const file = resultsPath();
   mkdirSync(path.dirname(file), { recursive: true });
   log(
@@ -125,8 +122,6 @@ async function main() {
     plan: profile,
     machine: machine(),
     versions: versions(node?.version),
-    /** Added to the environment of every Bun process the bench starts. */
-    bunEnv,
     postgres: {
       version: await pg.version(),
       settings: PG_SETTINGS,
@@ -208,13 +203,7 @@ async function main() {
     const started = performance.now();
     const proc = Bun.spawn(cmd, {
       cwd: ROOT,
-      // Bun processes (Conveyor and the bare loops) run as the conveyor
-      // binary does, with its runtime environment (src/runtime-env.ts).
-      env: {
-        ...process.env,
-        ...(spec.runtime === "bun" ? bunEnv : {}),
-        BENCH_TASK: JSON.stringify(task),
-      },
+      env: { ...process.env, BENCH_TASK: JSON.stringify(task) },
       stdout: "pipe",
       stderr: "pipe",
       timeout: limit,
