@@ -53,8 +53,9 @@
 // which does not always reach them under Bun. Those statements never settled:
 // 35 of 600 in a loop that reset connections under queries, 0 with the
 // patch; in the fault suite, the likely cause of a daemon's outcome writes
-// that "did not settle within 30000 ms" after ECONNRESET. The stale statement also stayed the
-// connection's current one, and `sql.end()` waited out its timeout for it.
+// that "did not settle within 30000 ms" after ECONNRESET. The stale
+// statement also stayed the connection's current one, and `sql.end()` waited
+// out its timeout for it.
 // The patch rejects them on every close and clears the current statement.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
