@@ -213,6 +213,71 @@ describe("shared effect transactions", () => {
     },
   );
 
+  test("rerun: a clean group is completed by its first statement, with no row lock of its own; a stale lease's fn never runs, results are stored", async () => {
+    // Counts the statements of the shared transaction: the lock (savepoint
+    // pass only), completions, and result writes.
+    const locks = await countingPool(db, /for update of j/i, { max: 2 });
+    try {
+      const [l0, ...rest] = await lease(6, [3]);
+      const runner = createEffectRunner({
+        sql: locks.sql,
+        owner: "A",
+        maxGroup: 60,
+        concurrency: 1,
+      });
+      const gate = blocker();
+      const first = runner.run(l0 as Lease, gate.fn, gate.onStart);
+      await gate.begun;
+      const ran = rest.map(() => false);
+      const results = rest.map((l, i) =>
+        runner.run(
+          l,
+          async (tx) => {
+            ran[i] = true;
+            await tx`insert into effect_ledger values (${l.id}, 'ok')`;
+            // Every other job returns a result; the rest return nothing.
+            return i % 2 === 0 ? { i } : undefined;
+          },
+          undefined,
+          i >= 3,
+        ),
+      );
+      gate.release();
+      await first;
+      const settled = await Promise.allSettled(results);
+      expect(settled.map((s) => s.status)).toEqual([
+        "fulfilled",
+        "fulfilled",
+        "rejected",
+        "fulfilled",
+        "fulfilled",
+      ]);
+      expect((settled[2] as PromiseRejectedResult).reason).toBeInstanceOf(StaleLeaseError);
+      expect(ran).toEqual([true, true, false, true, true]);
+      expect(locks.sent()).toBe(0);
+      const ledger = (await db.sql`select job_id from effect_ledger`).map((r) => String(r.job_id));
+      expect(ledger.sort()).toEqual(
+        rest
+          .filter((_, i) => i !== 2)
+          .map((l) => l.id)
+          .sort(),
+      );
+      const rows = await jobRows();
+      rest.forEach((l, i) => {
+        if (i === 2) {
+          expect(rows.get(l.id)?.state).toBe("running");
+          expect(rows.get(l.id)?.lease_owner).toBe("B");
+          expect(rows.get(l.id)?.result).toBeNull();
+          return;
+        }
+        expect(rows.get(l.id)?.state).toBe("completed");
+        expect(rows.get(l.id)?.result).toEqual(i % 2 === 0 ? { i } : null);
+      });
+    } finally {
+      await locks.close();
+    }
+  });
+
   test("rerun: a group runs with no savepoint; after a failure it rolls back and runs again with one per fn, and the next group too; independent fns alike", async () => {
     const pool = await countingPool(db, /^\s*savepoint/i, { max: 2 });
     try {

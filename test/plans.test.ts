@@ -12,6 +12,7 @@ import {
   failJobs,
   lockLeasedJobs,
   selectCompletedBy,
+  setResultsLocked,
   snoozeJobs,
 } from "../src/db/outcome.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
@@ -107,6 +108,14 @@ const writes: [string, (tx: Db, batch: Lease[]) => Promise<{ size: number }>][] 
       ),
   ],
   ["lockLeasedJobs", (tx, b) => lockLeasedJobs(tx, OWNER, b)],
+  [
+    "setResultsLocked",
+    (tx, b) =>
+      setResultsLocked(
+        tx,
+        b.map((l) => ({ id: l.id, result: { ok: 1 } })),
+      ),
+  ],
   ["extendLeases", (tx, b) => extendLeases(tx, OWNER, b, 60_000)],
   ["releaseJobs", (tx, b) => releaseJobs(tx, OWNER, b)],
 ];

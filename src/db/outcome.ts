@@ -130,6 +130,22 @@ export async function setResultLocked(db: Db, id: string, result: JsonValue): Pr
   await db`update conveyor_jobs set result = ${JSON.stringify(result)}::text::jsonb where id = ${id}`;
 }
 
+/** setResultLocked for several jobs in one statement; returns the ids it wrote. */
+export async function setResultsLocked(
+  db: Db,
+  items: { id: string; result: JsonValue }[],
+): Promise<Set<string>> {
+  if (items.length === 0) return new Set();
+  const rows = await db`
+    update conveyor_jobs j set result = t.result
+      from (select * from jsonb_to_recordset(${JSON.stringify(items)}::text::jsonb)
+              as r(id bigint, result jsonb)
+             limit ${items.length}) t
+     where j.id = t.id
+    returning j.id`;
+  return new Set(rows.map((r) => String(r.id)));
+}
+
 /**
  * Of these leases, the ones whose job this owner completed under that very
  * token. After a write whose outcome is unknown (the connection dropped during
