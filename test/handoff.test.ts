@@ -33,12 +33,24 @@ async function until(check: () => boolean | Promise<boolean>, ms = 10_000) {
   }
 }
 
-/** Resolves once a worker on the pool's database would take a job of this queue: its first fetch came back empty. */
+/**
+ * Resolves once a worker on the pool's database would take a job of this
+ * queue: its first fetch came back empty, and no other is about to start.
+ */
 async function idle(pool: Pool, queue: string) {
-  await until(() => {
+  const free = () => {
     const h = takeHandOff(pool, queue, "k");
     h?.release();
     return h !== undefined;
+  };
+  const turn = () => new Promise<void>((r) => setImmediate(r));
+  await until(async () => {
+    if (!free()) return false;
+    // A fetch that ends with more wanted schedules the next for the next
+    // turn (nextTurn): idle only if still so once that turn has run.
+    await turn();
+    await turn();
+    return free();
   });
 }
 
@@ -53,8 +65,26 @@ async function idleWorker(
 ) {
   const seen: Job[] = [];
   const tokens: number[] = [];
+  // The worker's LISTEN, watched: once it is confirmed the worker wakes its
+  // producers, whose fetch must be counted before the test counts fetches.
+  let listening = false;
+  const listened = () => {
+    listening = true;
+  };
+  const watched = new Proxy(sql, {
+    get(target, prop, receiver) {
+      if (prop !== "listen") return Reflect.get(target, prop, receiver);
+      const listen: Pool["listen"] = (channel, onMessage, onListen) =>
+        target.listen(channel, onMessage, () => {
+          onListen?.();
+          // The producers' fill runs on the next turn (nextTurn); this after it.
+          setImmediate(listened);
+        });
+      return listen;
+    },
+  });
   const worker = createWorker({
-    sql,
+    sql: watched,
     queues: { [queue]: { concurrency: o.concurrency ?? 5, leaseMs: o.leaseMs ?? 30_000 } },
     handlers: {
       k: async (_p: unknown, ctx) => {
@@ -70,14 +100,7 @@ async function idleWorker(
   await worker.start();
   // Idle after the fetch that LISTEN's first connection triggers, too: else
   // that fetch may come after the test has counted the fetches so far.
-  const listening = async () => {
-    const [r] = await sql`
-      select count(*)::int as n from pg_stat_activity
-       where datname = current_database() and query ilike 'listen %'`;
-    return Number(r?.n) > 0;
-  };
-  await until(listening)
-    .then(() => Bun.sleep(20))
+  await until(() => listening)
     .then(() => idle(sql, queue))
     .catch(async (error) => {
       await worker.stop();
