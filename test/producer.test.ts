@@ -153,7 +153,7 @@ test("any concurrency, fetch size and backlog: each job leased once, at most fet
 }, 60_000);
 
 /** A producer of kind "k" that polls once a minute and records the ids of the jobs it runs. */
-function recordingProducer(queue: string, concurrency: number) {
+function recordingProducer(queue: string, concurrency: number, fetchBatch = concurrency) {
   const ran: string[] = [];
   const producer = createProducer({
     sql: db.sql,
@@ -161,7 +161,7 @@ function recordingProducer(queue: string, concurrency: number) {
     owner: "W",
     kinds: ["k"],
     concurrency,
-    fetchBatch: concurrency,
+    fetchBatch,
     leaseMs: 30_000,
     pollIntervalMs: 60_000,
     execute: async (row, _leaseMs, handlerDone) => {
@@ -211,6 +211,28 @@ test("a producer offers a hand-off only while idle, and stop() waits for one in 
   });
   await stopping;
   expect(ran).toEqual(["42"]); // delivered before stop() returned: it ran
+});
+
+test("a fetch in flight does not stop a hand-off: its slots are reserved already", async () => {
+  // 10 slots, fetches of 4: a fetch in flight holds 4, and a hand-off leaves
+  // more than half a fetch batch free.
+  const { producer, ran } = recordingProducer("handoff-fetching", 10, 4);
+  producer.start();
+  await Bun.sleep(100); // the first fetch: nothing there, so the producer is idle
+  const jobs = await enqueueMany(
+    db.sql,
+    [1, 2].map((i) => ({ queue: "handoff-fetching", kind: "k", payload: { i } })),
+  );
+  producer.wake();
+  // The wake-up's fetch starts on the next turn; its reply cannot come in this one.
+  await new Promise<void>((r) => setImmediate(r));
+  const during = producer.takeHandOff("k");
+  expect(during?.owner).toBe("W");
+  during?.release();
+  const deadline = Date.now() + 5_000;
+  while (ran.length < 2 && Date.now() < deadline) await Bun.sleep(10);
+  expect(ran.sort()).toEqual(jobs.map((j) => j.job.id).sort());
+  await producer.stop();
 });
 
 test("hand-offs in flight leave a fetch its slots: jobs they missed still run", async () => {

@@ -10,12 +10,13 @@
 // is fenced as usual, and a lease nobody learns of (the insert's reply lost,
 // the process gone) expires, and the reaper makes the job runnable again.
 //
-// A worker offers a slot only when it is idle by its own account: no fetch in
-// flight, its last fetch came back short, and a free slot that leaves half a
-// fetch batch free (src/worker/producer.ts takeHandOff). A job enqueued here
-// may then start before older jobs the worker has not yet heard of (from
-// other processes, or scheduled ones coming due); like any fetch, a hand-off
-// never waits for them. A paused queue's job is inserted 'available' and the
+// A worker offers a slot only when it is idle by its own account: its last
+// fetch came back short, and a free slot that leaves half a fetch batch free
+// besides the slots of a fetch in flight (src/worker/producer.ts
+// takeHandOff). A job enqueued here may then start before older jobs the
+// worker has not yet heard of (from other processes, or scheduled ones
+// coming due, or those a fetch in flight is about to lease); like any
+// fetch, a hand-off never waits for them. A paused queue's job is inserted 'available' and the
 // slot given back.
 import type { Pool } from "./db.ts";
 import type { LeasedRow } from "./fetch.ts";

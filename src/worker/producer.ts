@@ -60,8 +60,8 @@ export interface Producer {
   runOnce(): Promise<number>;
   /**
    * Reserves a slot for a job this process is enqueuing, if this producer is
-   * idle: running, no fetch in flight, the last fetch came back short, and a
-   * free slot that leaves enough free for a fetch (src/db/handoff.ts).
+   * idle: running, the last fetch came back short, and a free slot that
+   * leaves enough free for a fetch (src/db/handoff.ts).
    */
   takeHandOff(kind: string): HandOff | undefined;
 }
@@ -214,7 +214,12 @@ export function createProducer(o: ProducerOptions): Producer {
     },
     runOnce: () => fetchOnce(),
     takeHandOff(kind) {
-      if (stopped || backlog || inFlight.size > 0 || !o.kinds.includes(kind)) return undefined;
+      // A fetch in flight does not stop an offer: its slots are reserved
+      // already. Refusing then, at 1,000 enqueues a second, sent the few
+      // enqueues that met a poll's fetch the usual way, and the wake-up each
+      // sends started another fetch that the next enqueues met: the worker
+      // stayed in that mode, every job a commit and a fetch later.
+      if (stopped || backlog || !o.kinds.includes(kind)) return undefined;
       // Never the slots a fetch needs: hand-offs hold theirs until the insert
       // returns, and enqueues waiting on a busy pool or a slow commit once
       // held all of them, so that jobs the hand-off missed (and other
