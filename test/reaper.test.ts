@@ -2,6 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import { fetchJobs } from "../src/db/fetch.ts";
 import { completeJobs } from "../src/db/outcome.ts";
 import { reapExpiredLeases } from "../src/db/reap.ts";
+import { analyzeIfOutgrown } from "../src/db/stats.ts";
 import { enqueue } from "../src/enqueue.ts";
 import { createEvents } from "../src/events.ts";
 import { silentLogger } from "../src/logger.ts";
@@ -102,5 +103,53 @@ describe("reaper", () => {
     await reaper.stop();
     const [row] = await db.sql`select state from conveyor_jobs where queue = 's'`;
     expect(row?.state).toBe("available");
+  });
+});
+
+describe("planner statistics", () => {
+  test("a reaper round analyzes the table once it outgrew its statistics, and a plan cached while it was empty probes the primary key again", async () => {
+    const c = await db.sql.reserve();
+    try {
+      const complete = () => completeJobs(c, "W", [{ id: "1", version: 1 }]);
+      /** Sequential scans of conveyor_jobs by one completion on c (rolled back). */
+      const scansOfACompletion = async () => {
+        // The view also shows counts of earlier transactions not yet flushed: a difference.
+        const seqScans = async () => {
+          const [r] = await c`
+            select seq_scan from pg_stat_xact_user_tables where relname = 'conveyor_jobs'`;
+          return Number(r?.seq_scan);
+        };
+        await c`begin`;
+        try {
+          const before = await seqScans();
+          await complete();
+          return (await seqScans()) - before;
+        } finally {
+          await c`rollback`;
+        }
+      };
+      // Planned while the table is empty, from its sixth run on c the plan is cached.
+      for (let i = 0; i < 8; i++) await complete();
+      await c`
+        insert into conveyor_jobs (queue, kind, state, lease_owner, lease_version, lease_expires_at)
+        select 'grown', 'k', 'running', 'W', 1, now() + interval '1 hour'
+          from generate_series(1, 5000)`;
+      // The insert's row counts reach pg_stat_user_tables at c's next transaction end.
+      await c`select pg_stat_force_next_flush()`;
+      await c`select 1`;
+      // The cached plan scans the 5,000 rows for one completion.
+      expect(await scansOfACompletion()).toBe(1);
+
+      const reaper = createReaper({ sql: db.sql, logger: silentLogger, events: createEvents() });
+      await reaper.runOnce();
+      const [stats] = await db.sql`
+        select reltuples::float8 as n from pg_class where oid = 'conveyor_jobs'::regclass`;
+      expect(Number(stats?.n)).toBeGreaterThanOrEqual(4_000);
+      expect(await scansOfACompletion()).toBe(0);
+      // Statistics that match the table are left alone.
+      expect(await analyzeIfOutgrown(db.sql)).toBe(false);
+    } finally {
+      c.release();
+    }
   });
 });

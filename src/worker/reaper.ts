@@ -2,8 +2,13 @@
 //
 // Invariant: it never changes lease_version; the next dequeue issues a higher
 // one, so the expired holder's writes match 0 rows from then on.
+//
+// Each round also analyzes a small table that has outgrown its statistics
+// (src/db/stats.ts), so that plans cached while it was nearly empty do not
+// scan it as it grows.
 import type { Pool } from "../db/db.ts";
 import { reapExpiredLeases } from "../db/reap.ts";
+import { analyzeIfOutgrown } from "../db/stats.ts";
 import type { Events } from "../events.ts";
 import type { Logger } from "../logger.ts";
 import { intervalLoop, type Loop } from "./loop.ts";
@@ -31,7 +36,10 @@ export function createReaper(o: ReaperOptions): Loop {
         });
       }
       if (reaped.length > 0) o.logger.info("reaped expired leases", { count: reaped.length });
-      if (reaped.length < REAPER_BATCH) return;
+      if (reaped.length < REAPER_BATCH) break;
+    }
+    if (await analyzeIfOutgrown(o.sql)) {
+      o.logger.info("analyzed conveyor_jobs: it had outgrown its planner statistics");
     }
   };
   return intervalLoop({
