@@ -278,6 +278,28 @@ describe("shared effect transactions", () => {
     }
   });
 
+  test("rerun: a fn that catches its own failed statement reruns the group, even when no fn returns a result", async () => {
+    const leases = await lease(3);
+    // Groups of two: the first two jobs share a transaction, the third has its own.
+    const runner = oneSlotRunner({ maxGroup: 2 });
+    const runs = leases.map(() => 0);
+    const settled = await Promise.allSettled(
+      leases.map((l, i) =>
+        runner.run(l, async (tx) => {
+          runs[i] = (runs[i] as number) + 1;
+          await tx`insert into effect_ledger values (${l.id}, 'ok')`;
+          // The second swallows its statement's error: the transaction is aborted all the same.
+          if (i === 1) await tx`select 1 / 0`.catch(() => {});
+          return undefined;
+        }),
+      ),
+    );
+    expect(settled.map((s) => s.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    expect(runs).toEqual([2, 2, 1]);
+    const ledger = (await db.sql`select job_id from effect_ledger`).map((r) => String(r.job_id));
+    expect(ledger.sort()).toEqual([leases[0], leases[2]].map((l) => (l as Lease).id).sort());
+  });
+
   test("rerun: a group runs with no savepoint; after a failure it rolls back and runs again with one per fn, and the next group too; independent fns alike", async () => {
     const pool = await countingPool(db, /^\s*savepoint/i, { max: 2 });
     try {

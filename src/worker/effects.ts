@@ -251,10 +251,16 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
             ran.push(r);
           }
           inTime();
-          await setResultsLocked(
-            tx,
-            ran.flatMap((r) => (r.out === undefined ? [] : [{ id: r.lease.id, result: r.out }])),
+          // A fn that caught its own failed statement returned normally but
+          // left the transaction aborted, and COMMIT would only roll it
+          // back, failing every job: a statement after the fns fails
+          // instead, and the group reruns. The results' statement is that
+          // statement, or a bare one when no fn returned a result.
+          const results = ran.flatMap((r) =>
+            r.out === undefined ? [] : [{ id: r.lease.id, result: r.out }],
           );
+          if (results.length > 0) await setResultsLocked(tx, results);
+          else await tx`select 1`;
           rerun = false;
           for (const r of ran) r.outcome = { ok: true };
           return;
