@@ -123,14 +123,10 @@ export async function cancelLeasedJobs(
 }
 
 /**
- * Stores a result inside the guarded transaction, after completeJobs has
- * locked and fenced the row; needs no guard of its own for that reason.
+ * Stores results inside the guarded transaction, after completeJobs has
+ * locked and fenced the rows; needs no guard of its own for that reason.
+ * Returns the ids it wrote.
  */
-export async function setResultLocked(db: Db, id: string, result: JsonValue): Promise<void> {
-  await db`update conveyor_jobs set result = ${JSON.stringify(result)}::text::jsonb where id = ${id}`;
-}
-
-/** setResultLocked for several jobs in one statement; returns the ids it wrote. */
 export async function setResultsLocked(
   db: Db,
   items: { id: string; result: JsonValue }[],

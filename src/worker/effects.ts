@@ -82,7 +82,7 @@
 
 import type postgres from "postgres";
 import type { Lease, Pool } from "../db/db.ts";
-import { completeJobs, lockLeasedJobs, setResultLocked, setResultsLocked } from "../db/outcome.ts";
+import { completeJobs, lockLeasedJobs, setResultsLocked } from "../db/outcome.ts";
 import { ConveyorError, DeadlineError, StaleLeaseError } from "../errors.ts";
 import { assertJson, type JsonValue } from "../json.ts";
 import { DB_CALL_DEADLINE_MS, nextTurn, withDeadline } from "./loop.ts";
@@ -203,7 +203,7 @@ export function createEffectRunner(o: EffectRunnerOptions): EffectRunner {
       if (!done.has(r.lease.id)) throw stale(r.lease);
       r.out = await runFn(r, tx);
       inTime();
-      if (r.out !== undefined) await setResultLocked(tx, r.lease.id, r.out);
+      if (r.out !== undefined) await setResultsLocked(tx, [{ id: r.lease.id, result: r.out }]);
     });
     r.outcome = { ok: true };
   }
