@@ -1,0 +1,43 @@
+// The postgres.js pool as scripts/patch-postgres.mjs leaves it: a statement
+// goes to the connection that became idle most recently, so light traffic
+// keeps to one warm backend instead of rotating through the pool.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { type TestDb, testDatabase } from "./harness.ts";
+
+let db: TestDb;
+beforeAll(async () => {
+  db = await testDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+
+test("sequential statements run on the most recently idle connection, not in rotation", async () => {
+  const pool = db.connect({ max: 4 });
+  try {
+    // Four statements at once open all four connections.
+    const opened = await Promise.all(
+      Array.from({ length: 4 }, () => pool`select pg_backend_pid() as pid, pg_sleep(0.05)`),
+    );
+    expect(new Set(opened.map((r) => r[0]?.pid)).size).toBe(4);
+    const pids: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      const [r] = await pool`select pg_backend_pid() as pid`;
+      pids.push(Number(r?.pid));
+    }
+    // One backend serves them all; in rotation they would spread over four.
+    expect(new Set(pids).size).toBe(1);
+    // Two at a time use two connections, the same two each time.
+    const pairs = new Set<number>();
+    for (let i = 0; i < 6; i++) {
+      const rs = await Promise.all([
+        pool`select pg_backend_pid() as pid`,
+        pool`select pg_backend_pid() as pid`,
+      ]);
+      for (const [r] of rs) pairs.add(Number(r?.pid));
+    }
+    expect(pairs.size).toBe(2);
+  } finally {
+    await pool.end({ timeout: 5 });
+  }
+});
