@@ -346,3 +346,46 @@ test("every statement in flight when its connection is reset settles", async () 
   expect(proxy.dropped).toBeGreaterThan(0);
   expect({ settled, unsettled }).toEqual({ settled: 200, unsettled: 0 });
 }, 60_000);
+
+// The pool takes the most recently idle connection (scripts/patch-postgres.mjs),
+// so a light worker leaves most of its connections idle for long, and a
+// server's idle_session_timeout (or a firewall's) closes them under it.
+test("a worker whose idle connections the server keeps closing still runs every job", async () => {
+  await db.sql`truncate conveyor_jobs`;
+  // Every session of this pool, the LISTEN one included, ends after 200 ms idle.
+  const pool = db.connect({ max: 4, connection: { idle_session_timeout: 200 } });
+  const lines: string[] = [];
+  const worker = createWorker({
+    sql: pool,
+    queues: { idle: { concurrency: 4 } },
+    handlers: { k: () => {} },
+    pollIntervalMs: 2_000,
+    logger: recordingLogger(lines),
+  });
+  let completed = 0;
+  worker.events.on("job:completed", () => void completed++);
+  await worker.start();
+  try {
+    const backends = new Set<number>();
+    for (let round = 1; round <= 4; round++) {
+      // Idle long enough for the server to close every idle session.
+      await Bun.sleep(600);
+      await enqueue(db.sql, { queue: "idle", kind: "k", payload: { round } });
+      const started = Date.now();
+      while (completed < round) {
+        if (Date.now() - started > 5_000) throw new Error(`round ${round}: ${lines.join("; ")}`);
+        await Bun.sleep(10);
+      }
+      const [b] = await pool`select pg_backend_pid() as pid`;
+      backends.add(Number(b?.pid));
+    }
+    // The server did close them: rounds ran on new backends (a session the
+    // worker's own loops kept busy may have survived a round).
+    expect(backends.size).toBeGreaterThanOrEqual(2);
+    const [rows] = await db.sql`
+      select count(*)::int as n from conveyor_jobs where queue = 'idle' and state = 'completed'`;
+    expect(rows?.n).toBe(4);
+  } finally {
+    await worker.stop({ graceMs: 1_000 });
+  }
+});

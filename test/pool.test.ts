@@ -41,3 +41,36 @@ test("sequential statements run on the most recently idle connection, not in rot
     await pool.end({ timeout: 5 });
   }
 });
+
+// The pool keeps its spare connections idle for long now, so a server or a
+// firewall that closes idle sessions closes them: the pool must notice and
+// open new ones, never hand a statement to a closed connection.
+test("connections the server closed while idle are replaced, not used", async () => {
+  // idle_session_timeout (PostgreSQL 14+) ends a session idle that long.
+  const pool = db.connect({ max: 4, connection: { idle_session_timeout: 300 } });
+  try {
+    const opened = await Promise.all(
+      Array.from({ length: 4 }, () => pool`select pg_backend_pid() as pid, pg_sleep(0.05)`),
+    );
+    const first = new Set(opened.map((r) => Number(r[0]?.pid)));
+    expect(first.size).toBe(4);
+    await Bun.sleep(800);
+    // Every one of the four sessions is gone on the server.
+    const [gone] = await db.sql`
+      select count(*)::int as n from pg_stat_activity where pid = any(${[...first]}::int[])`;
+    expect(gone?.n).toBe(0);
+    const pids = new Set<number>();
+    for (let i = 0; i < 6; i++) {
+      const [r] = await pool`select pg_backend_pid() as pid`;
+      pids.add(Number(r?.pid));
+    }
+    const rs = await Promise.all(
+      Array.from({ length: 4 }, () => pool`select pg_backend_pid() as pid, pg_sleep(0.02)`),
+    );
+    for (const [r] of rs) pids.add(Number(r?.pid));
+    for (const pid of pids) expect(first.has(pid)).toBe(false);
+    expect(pids.size).toBe(4);
+  } finally {
+    await pool.end({ timeout: 5 });
+  }
+});
