@@ -247,6 +247,33 @@ describe("worker", () => {
     expect(row.errors[0].name).toBe("LeaseExpired");
   });
 
+  test("a handler may destructure ctx: transaction, signal and logger work detached", async () => {
+    const q = freshQueue();
+    await db.sql`create table if not exists destructured_effects (job_id bigint primary key)`;
+    const seen: { aborted: boolean; logs: boolean }[] = [];
+    const w = worker(q, {
+      handlers: {
+        k: async (_p, { job, transaction, signal, logger }) => {
+          logger.debug("destructured");
+          seen.push({ aborted: signal.aborted, logs: typeof logger.info === "function" });
+          return transaction(async (tx) => {
+            await tx`insert into destructured_effects (job_id) values (${job.id})`;
+            return { id: job.id };
+          });
+        },
+      },
+    });
+    const { job: j } = await enqueue(db.sql, { queue: q, kind: "k" });
+    await w.start();
+    await until(async () => (await stateOf(j.id)) === "completed");
+    await w.stop();
+    expect(seen).toEqual([{ aborted: false, logs: true }]);
+    expect((await job(j.id)).result).toEqual({ id: j.id });
+    const [effect] =
+      await db.sql`select count(*)::int as n from destructured_effects where job_id = ${j.id}`;
+    expect(effect?.n).toBe(1);
+  });
+
   test("stop drains: running jobs finish within the grace period, nothing new is fetched", async () => {
     const q = freshQueue();
     let started = 0;
