@@ -47,8 +47,8 @@ export const SYSTEMS: SystemSpec[] = [
     file: "conveyor.ts",
     settings: {
       c100: { concurrency: 100, poolMax: 10 },
-      "c1000-b500": { concurrency: 1000, fetchBatch: 500, poolMax: 20 },
       "c2000-b1000": { concurrency: 2000, fetchBatch: 1000, poolMax: 20 },
+      "c4000-b2000": { concurrency: 4000, fetchBatch: 2000, poolMax: 20 },
     },
     ledgerSettings: {
       "c200-e2": { concurrency: 200, poolMax: 10, effectConcurrency: 2 },
