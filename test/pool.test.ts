@@ -2,6 +2,7 @@
 // goes to the connection that became idle most recently, so light traffic
 // keeps to one warm backend instead of rotating through the pool.
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import type { Pool } from "../src/db/db.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
@@ -12,14 +13,18 @@ afterAll(async () => {
   await db.drop();
 });
 
+/** n statements at once, each held 50 ms, open n connections; returns their backends' pids. */
+async function openConnections(pool: Pool, n: number): Promise<Set<number>> {
+  const opened = await Promise.all(
+    Array.from({ length: n }, () => pool`select pg_backend_pid() as pid, pg_sleep(0.05)`),
+  );
+  return new Set(opened.map((r) => Number(r[0]?.pid)));
+}
+
 test("sequential statements run on the most recently idle connection, not in rotation", async () => {
   const pool = db.connect({ max: 4 });
   try {
-    // Four statements at once open all four connections.
-    const opened = await Promise.all(
-      Array.from({ length: 4 }, () => pool`select pg_backend_pid() as pid, pg_sleep(0.05)`),
-    );
-    expect(new Set(opened.map((r) => r[0]?.pid)).size).toBe(4);
+    expect((await openConnections(pool, 4)).size).toBe(4);
     const pids: number[] = [];
     for (let i = 0; i < 12; i++) {
       const [r] = await pool`select pg_backend_pid() as pid`;
@@ -49,10 +54,7 @@ test("connections the server closed while idle are replaced, not used", async ()
   // idle_session_timeout (PostgreSQL 14+) ends a session idle that long.
   const pool = db.connect({ max: 4, connection: { idle_session_timeout: 300 } });
   try {
-    const opened = await Promise.all(
-      Array.from({ length: 4 }, () => pool`select pg_backend_pid() as pid, pg_sleep(0.05)`),
-    );
-    const first = new Set(opened.map((r) => Number(r[0]?.pid)));
+    const first = await openConnections(pool, 4);
     expect(first.size).toBe(4);
     await Bun.sleep(800);
     // Every one of the four sessions is gone on the server.

@@ -3,7 +3,7 @@ import { fetchJobs } from "../src/db/fetch.ts";
 import { enqueue, enqueueMany } from "../src/enqueue.ts";
 import { JobTimeoutError } from "../src/errors.ts";
 import { cancel, snooze } from "../src/handler.ts";
-import { silentLogger } from "../src/logger.ts";
+import { type LogFields, type Logger, silentLogger } from "../src/logger.ts";
 import { createWorker, MAX_FETCH_BATCH, type WorkerOptions } from "../src/worker/worker.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
@@ -250,12 +250,22 @@ describe("worker", () => {
   test("a handler may destructure ctx: transaction, signal and logger work detached", async () => {
     const q = freshQueue();
     await db.sql`create table if not exists destructured_effects (job_id bigint primary key)`;
-    const seen: { aborted: boolean; logs: boolean }[] = [];
+    const seen: boolean[] = [];
+    // Records every line with the fields of the child loggers it came through.
+    const lines: { msg: string; fields: LogFields }[] = [];
+    const recording = (bound: LogFields): Logger => ({
+      debug: (msg, fields) => void lines.push({ msg, fields: { ...bound, ...fields } }),
+      info() {},
+      warn() {},
+      error() {},
+      child: (fields) => recording({ ...bound, ...fields }),
+    });
     const w = worker(q, {
+      logger: recording({}),
       handlers: {
         k: async (_p, { job, transaction, signal, logger }) => {
           logger.debug("destructured");
-          seen.push({ aborted: signal.aborted, logs: typeof logger.info === "function" });
+          seen.push(signal.aborted);
           return transaction(async (tx) => {
             await tx`insert into destructured_effects (job_id) values (${job.id})`;
             return { id: job.id };
@@ -267,7 +277,11 @@ describe("worker", () => {
     await w.start();
     await until(async () => (await stateOf(j.id)) === "completed");
     await w.stop();
-    expect(seen).toEqual([{ aborted: false, logs: true }]);
+    expect(seen).toEqual([false]);
+    // The detached logger is the job's: its line carries the job's fields.
+    expect(lines.filter((l) => l.msg === "destructured")).toEqual([
+      { msg: "destructured", fields: expect.objectContaining({ jobId: j.id, kind: "k" }) },
+    ]);
     expect((await job(j.id)).result).toEqual({ id: j.id });
     const [effect] =
       await db.sql`select count(*)::int as n from destructured_effects where job_id = ${j.id}`;
