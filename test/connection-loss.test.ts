@@ -91,7 +91,7 @@ function recordingLogger(lines: string[]): Logger {
 // once: the lease (60 s) never has to expire.
 const OUTCOMES = {
   fail: {
-    sql: "discard boolean",
+    sql: "then 'discarded' else",
     first: () => Promise.reject(new Error("boom")),
     errors: 1,
     event: "job:failed",

@@ -13,8 +13,8 @@ export interface Lease {
 }
 
 /**
- * The batch parameter of a fenced write: each row carries the guard's values
- * (owner, and state 'running') beside its id and version, so the guard is
+ * The batch of a fenced write is a row source `t` of id, version, owner and
+ * state ('running') beside any extra columns, so the guard is
  *
  *   j.id = t.id and j.lease_version = t.version
  *   and j.lease_owner = t.owner and j.state = t.state
@@ -28,11 +28,20 @@ export interface Lease {
  * same, and Postgres re-checks all of it on the newest row version when a
  * concurrent transaction changed the row (EvalPlanQual).
  */
-function fenced<T extends Lease>(owner: string, items: T[]): string {
-  // Rows are locked in the order the batch lists them (the batch drives the
-  // join). Sorted by id, two batches of one worker — a heartbeat and a
-  // completion, say — lock common rows in one order and cannot deadlock.
-  const sorted = [...items].sort((a, b) =>
+export interface BatchColumn<T> {
+  name: string;
+  type: "jsonb" | "float8" | "boolean";
+  /** undefined and null are SQL NULL. */
+  value: (item: T) => unknown;
+}
+
+/**
+ * Rows are locked in the order the batch lists them (the batch drives the
+ * join). Sorted by id, two batches of one worker (a heartbeat and a
+ * completion, say) lock common rows in one order and cannot deadlock.
+ */
+function byId<T extends Lease>(items: T[]): T[] {
+  return [...items].sort((a, b) =>
     a.id.length !== b.id.length
       ? a.id.length - b.id.length
       : a.id < b.id
@@ -41,23 +50,37 @@ function fenced<T extends Lease>(owner: string, items: T[]): string {
           ? 1
           : 0,
   );
-  return JSON.stringify(sorted.map((i) => ({ ...i, owner, state: "running" })));
+}
+
+function columnValues<T>(c: BatchColumn<T>, items: T[]): (string | null)[] {
+  return items.map((item) => {
+    const v = c.value(item);
+    if (v === undefined || v === null) return null;
+    return c.type === "jsonb" ? JSON.stringify(v) : String(v);
+  });
 }
 
 /**
  * The batch of a fenced write as the row source `t`: id, version, owner,
- * state, then `columns` (a fragment such as db`, result jsonb`), read from
- * the one jsonb parameter of `fenced`.
+ * state, then `columns`, each column one array parameter, unnested together
+ * ('running' and the owner repeated by the server, not sent per row).
+ *
+ * Typed arrays instead of one jsonb document of objects (as before) cost the
+ * server less per row: it no longer parses every row's keys and the owner
+ * string, nor converts each field from jsonb. In a bare fetch-and-complete
+ * loop of 100,000 jobs (2 loops, batches of 1,000, 4 interleaved rounds on
+ * 2 cores, fsync on) the cluster's CPU per job went from 27.1-29.4 to
+ * 24.2-25.6 µs and the loop's own from 5.9-7.5 to 5.2-6.0 µs.
  *
  * Wrapped in LIMIT with the batch's size so that the planner knows how many
- * rows it joins: jsonb_to_recordset is always estimated at 100, and against
- * that a hash join over a sequential scan of conveyor_jobs looked cheaper
- * than primary-key probes until the table held some 20,000 rows. Every
- * completion and heartbeat then read the whole table: at 1,000 one-job
- * enqueues a second on a fresh table, 2,714 scans read 7.2 million rows in a
- * 5,500-job run (pg_stat_user_tables), and one completion on 5,000 rows took
- * 0.8-1.0 ms instead of 0.02-0.04 ms (EXPLAIN ANALYZE). With the LIMIT the
- * plan is the probes (test/plans.test.ts).
+ * rows it joins: a set-returning function over a parameter is estimated at a
+ * fixed guess, and against that a hash join over a sequential scan of
+ * conveyor_jobs looked cheaper than primary-key probes until the table held
+ * some 20,000 rows. Every completion and heartbeat then read the whole table:
+ * at 1,000 one-job enqueues a second on a fresh table, 2,714 scans read 7.2
+ * million rows in a 5,500-job run (pg_stat_user_tables), and one completion
+ * on 5,000 rows took 0.8-1.0 ms instead of 0.02-0.04 ms (EXPLAIN ANALYZE).
+ * With the LIMIT the plan is the probes (test/plans.test.ts).
  *
  * Not covered: a connection that caches a generic plan (from its sixth run
  * of a statement) while the table is nearly empty keeps its scan as the table
@@ -67,9 +90,27 @@ export function fencedBatch<T extends Lease>(
   db: Db,
   owner: string,
   items: T[],
-  columns?: postgres.PendingQuery<postgres.Row[]>,
+  columns: BatchColumn<T>[] = [],
 ) {
-  return db`(select * from jsonb_to_recordset(${fenced(owner, items)}::text::jsonb)
-               as r(id bigint, version bigint, owner text, state conveyor_job_state${columns ?? db``})
-              limit ${items.length}) t`;
+  const sorted = byId(items);
+  const n = sorted.length;
+  let arrays = db``;
+  let names = db``;
+  for (const c of columns) {
+    const values = columnValues(c, sorted);
+    const typed =
+      c.type === "jsonb"
+        ? db`${values}::text[]::jsonb[]`
+        : c.type === "float8"
+          ? db`${values}::text[]::float8[]`
+          : db`${values}::text[]::boolean[]`;
+    arrays = db`${arrays}, ${typed}`;
+    names = db`${names}, ${db(c.name)}`;
+  }
+  return db`(select * from unnest(${sorted.map((i) => i.id)}::text[]::bigint[],
+                                  ${sorted.map((i) => String(i.version))}::text[]::bigint[],
+                                  array_fill(${owner}::text, array[${n}::int]),
+                                  array_fill('running'::conveyor_job_state, array[${n}::int])${arrays})
+               as r(id, version, owner, state${names})
+              limit ${n}) t`;
 }

@@ -3,7 +3,7 @@ import type { JsonValue } from "../json.ts";
 import { type Db, fencedBatch, type Lease } from "./db.ts";
 
 // Every statement here is one fenced write (spec: Complete, Fail, Snooze,
-// Cancel), with the guard of db.ts `fenced`: id, version, owner and state
+// Cancel), with the guard of db.ts `fencedBatch`: id, version, owner and state
 // 'running' must all match. A row that fails the guard is not changed and not
 // returned; callers compare what came back with what they sent and report the
 // rest as stale.
@@ -22,7 +22,7 @@ export async function completeJobs(
   const rows = await db`
     update conveyor_jobs j
        set state = 'completed', result = t.result, finalized_at = now(), lease_expires_at = null
-      from ${fencedBatch(db, owner, items, db`, result jsonb`)}
+      from ${fencedBatch(db, owner, items, [{ name: "result", type: "jsonb", value: (i) => i.result }])}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
@@ -56,18 +56,11 @@ export async function failJobs(
            finalized_at = case when t.discard or j.attempts >= j.max_attempts then now() end,
            errors = j.errors || jsonb_build_array(t.error),
            lease_expires_at = null
-      from ${fencedBatch(
-        db,
-        owner,
-        items.map((f) => ({
-          id: f.id,
-          version: f.version,
-          error: f.error,
-          delay_ms: f.retryDelayMs,
-          discard: f.discard === true,
-        })),
-        db`, error jsonb, delay_ms float8, discard boolean`,
-      )}
+      from ${fencedBatch(db, owner, items, [
+        { name: "error", type: "jsonb", value: (f) => f.error },
+        { name: "delay_ms", type: "float8", value: (f) => f.retryDelayMs },
+        { name: "discard", type: "boolean", value: (f) => f.discard === true },
+      ])}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state
     returning j.id, j.state`;
@@ -88,12 +81,9 @@ export async function snoozeJobs(db: Db, owner: string, items: Snooze[]): Promis
     update conveyor_jobs j
        set state = 'available', run_at = now() + t.delay_ms * interval '1 millisecond',
            max_attempts = j.max_attempts + 1, lease_expires_at = null
-      from ${fencedBatch(
-        db,
-        owner,
-        items.map((s) => ({ id: s.id, version: s.version, delay_ms: s.delayMs })),
-        db`, delay_ms float8`,
-      )}
+      from ${fencedBatch(db, owner, items, [
+        { name: "delay_ms", type: "float8", value: (s) => s.delayMs },
+      ])}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;
@@ -115,7 +105,7 @@ export async function cancelLeasedJobs(
     update conveyor_jobs j
        set state = 'cancelled', finalized_at = now(), lease_expires_at = null,
            errors = j.errors || jsonb_build_array(t.error)
-      from ${fencedBatch(db, owner, items, db`, error jsonb`)}
+      from ${fencedBatch(db, owner, items, [{ name: "error", type: "jsonb", value: (c) => c.error }])}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state
     returning j.id`;

@@ -4,16 +4,18 @@ import type { Db } from "./db.ts";
 // no job's state changes here).
 //
 // Postgres caches a connection's plan for a statement from its sixth run. A
-// completion or heartbeat first planned while the table held a handful of
-// rows keeps its sequential scan as the table grows, until something
-// invalidates the plan: on a new installation, autovacuum's first ANALYZE,
-// which can take a minute or more (autovacuum_naptime). In a run of 1,000
-// one-job enqueues a second on a new database, completions scanned the whole
-// table: 1,373 scans read 3.1 million rows for 5,000 jobs, about 1 ms per
-// completion statement where a primary-key probe takes 0.15 ms. ANALYZE
-// invalidates every connection's plans for the table and gives the planner
-// its size; with statistics of a few thousand rows the cached plans probe the
-// primary key (test/reaper.test.ts).
+// statement first planned while the table held a handful of rows can keep
+// its sequential scan as the table grows, until something invalidates the
+// plan: on a new installation, autovacuum's first ANALYZE, which can take a
+// minute or more (autovacuum_naptime). In a run of 1,000 one-job enqueues a
+// second on a new database, completions (whose batch was then a jsonb
+// document) scanned the whole table: 1,373 scans read 3.1 million rows for
+// 5,000 jobs, about 1 ms per completion statement where a primary-key probe
+// takes 0.15 ms. Fenced writes now unnest arrays and are planned as probes
+// even so; a jsonb batch (setResultsLocked) still scans. ANALYZE invalidates
+// every connection's plans for the table and gives the planner its size;
+// with statistics of a few thousand rows the cached plans probe the primary
+// key (test/reaper.test.ts).
 
 /** Statistics of at least this many rows are left to autovacuum. */
 export const STATS_SMALL_ROWS = 10_000;
