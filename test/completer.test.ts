@@ -46,11 +46,11 @@ test("a few completions wait for the batch being written, then go together", asy
   }
 });
 
-test("a second batch goes at once when enough completions wait", async () => {
+test("with two batches allowed, a second goes at once when enough completions wait", async () => {
   const [a, ...more] = await leaseNew(db.sql, "cb3", "W", 1 + COMPLETER_SECOND_BATCH_MIN);
   const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
   try {
-    const completer = createCompleter(pool.sql, "W", silentLogger);
+    const completer = createCompleter(pool.sql, "W", silentLogger, undefined, 2);
     const first = completer.complete(a as Lease);
     await Bun.sleep(30);
     const rest = more.map((l) => completer.complete(l));
@@ -61,6 +61,25 @@ test("a second batch goes at once when enough completions wait", async () => {
     const [n] =
       await db.sql`select count(*)::int as n from conveyor_jobs where queue = 'cb3' and state = 'completed'`;
     expect(n?.n).toBe(1 + COMPLETER_SECOND_BATCH_MIN);
+  } finally {
+    await pool.close();
+  }
+});
+
+test("by default one batch is written at a time, however many completions wait", async () => {
+  const [a, ...more] = await leaseNew(db.sql, "cb4", "W", 1 + COMPLETER_SECOND_BATCH_MIN);
+  const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
+  try {
+    const completer = createCompleter(pool.sql, "W", silentLogger);
+    const first = completer.complete(a as Lease);
+    await Bun.sleep(30);
+    const rest = more.map((l) => completer.complete(l));
+    await Bun.sleep(60);
+    expect(pool.sent()).toBe(1);
+    const done = await Promise.all([first, ...rest]);
+    expect(done.every((d) => d)).toBe(true);
+    // The rest went together in one statement after the first committed.
+    expect(pool.sent()).toBe(2);
   } finally {
     await pool.close();
   }

@@ -16,7 +16,7 @@ afterAll(async () => {
   await db.drop();
 });
 
-test("with a backlog, a busy producer keeps two fetches in flight, not one after another", async () => {
+test("with a backlog and two fetches allowed, a busy producer keeps two in flight, not one after another", async () => {
   const queue = "backlog";
   await enqueueMany(
     db.sql,
@@ -36,11 +36,53 @@ test("with a backlog, a busy producer keeps two fetches in flight, not one after
     execute: async (_row, _leaseMs, handlerDone) => handlerDone(),
     logger: silentLogger,
     events: createEvents(),
+    fetchesInFlight: 2,
   });
   try {
     producer.start();
     await Bun.sleep(120);
     expect(pool.sent()).toBe(2);
+  } finally {
+    await producer.stop();
+    await pool.close();
+  }
+});
+
+test("by default a busy producer has one fetch in flight, and the next goes as soon as it returns", async () => {
+  const queue = "backlog1";
+  await enqueueMany(
+    db.sql,
+    Array.from({ length: 2_000 }, () => ({ queue, kind: "k" })),
+  );
+  // 100 ms each way: a fetch takes at least 200 ms.
+  const pool = await countingPool(db, /set state = 'running'/, { max: 4, latencyMs: 100 });
+  let ran = 0;
+  const producer = createProducer({
+    sql: pool.sql,
+    queue,
+    owner: "W",
+    kinds: ["k"],
+    concurrency: 1_000,
+    fetchBatch: 500,
+    leaseMs: 30_000,
+    pollIntervalMs: 60_000,
+    execute: async (_row, _leaseMs, handlerDone) => {
+      ran++;
+      handlerDone();
+    },
+    logger: silentLogger,
+    events: createEvents(),
+  });
+  try {
+    producer.start();
+    const started = performance.now();
+    await Bun.sleep(120);
+    expect(pool.sent()).toBe(1);
+    while (pool.sent() < 2 && performance.now() - started < 5_000) await Bun.sleep(1);
+    // The second went only once the first had returned and its jobs had run,
+    // and at once: long before the poll interval.
+    expect(pool.sent()).toBe(2);
+    expect(ran).toBe(500);
   } finally {
     await producer.stop();
     await pool.close();

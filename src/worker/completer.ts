@@ -6,7 +6,8 @@
 // Batching is adaptive, with no timer: while a batch is in flight the next
 // accumulates, so an idle worker completes a job in one round trip and a
 // busy one completes hundreds per statement (River's batch completer,
-// without its fixed wait). A second batch goes alongside the first only once
+// without its fixed wait). By default one batch is written at a time; with
+// more allowed, a second goes alongside the first only once
 // COMPLETER_SECOND_BATCH_MIN completions wait; fewer wait for the first to
 // commit and go together after it (group commit).
 
@@ -18,11 +19,13 @@ import { nextTurn, OUTCOME_RETRY_DELAYS_MS, withDeadline } from "./loop.ts";
 
 export const COMPLETER_MAX_BATCH = 2_000;
 /**
- * Batches written at once. With one, the completion was the busy pipeline's
- * serial step once two fetches overlapped: a 1,000-row UPDATE and its commit
- * take 15-20 ms here, and fetching waited behind it (back-pressure).
+ * Batches written at once, by default. Two (with two fetches in flight) were
+ * chosen when the bench's largest fetch was 500: a single completion was the
+ * busy pipeline's serial step. With fetches of 1,000-2,000, the statements
+ * in flight contend on 2 cores instead: see MAX_FETCHES_IN_FLIGHT in
+ * producer.ts for the measurement that made both one.
  */
-export const COMPLETER_CONCURRENCY = 2;
+export const COMPLETER_CONCURRENCY = 1;
 /**
  * Completions that must be waiting before a second batch goes while one is
  * in flight. At a steady 1,000 one-job enqueues per second, a second batch
@@ -54,6 +57,7 @@ export function createCompleter(
   owner: string,
   logger: Logger,
   deadlineMs?: number,
+  batchesInFlight: number = COMPLETER_CONCURRENCY,
 ): Completer {
   const queue: Waiting[] = [];
 
@@ -101,14 +105,14 @@ export function createCompleter(
     for (const w of batch) w.reject(lastError);
   };
 
-  // Batches being written, at most COMPLETER_CONCURRENCY.
+  // Batches being written, at most batchesInFlight.
   const writing = new Set<Promise<void>>();
 
   const pump = () => {
     while (
       queue.length > 0 &&
       (writing.size === 0 ||
-        (writing.size < COMPLETER_CONCURRENCY && queue.length >= COMPLETER_SECOND_BATCH_MIN))
+        (writing.size < batchesInFlight && queue.length >= COMPLETER_SECOND_BATCH_MIN))
     ) {
       const batch = queue.splice(0, COMPLETER_MAX_BATCH);
       const p: Promise<void> = writeBatch(batch).finally(() => {

@@ -4,7 +4,7 @@
 //
 // Invariant: at most `concurrency` handlers of this queue run in this worker
 // (slots reserved by fetches and hand-offs in flight count as taken), and at most
-// MAX_FETCHES_IN_FLIGHT fetches per queue are in flight, so notifications that
+// `fetchesInFlight` fetches per queue are in flight, so notifications that
 // arrive in a burst coalesce (the debounce) and idle workers do not stampede.
 //
 // A slot frees when its handler returns, not when the outcome commits: the
@@ -35,14 +35,33 @@ export interface ProducerOptions {
   events: Events;
   /** How long to wait for one fetch (DB_CALL_DEADLINE_MS by default). */
   deadlineMs?: number;
+  /** At most this many fetches of this queue at once (MAX_FETCHES_IN_FLIGHT by default). */
+  fetchesInFlight?: number;
 }
 
 const ERROR_BACKOFF_MS = 1_000;
 /**
- * Two fetches overlap one round trip (and commit) with the other; more only
- * contend for the same index pages.
+ * One fetch at a time per queue, by default. Its round trip still overlaps
+ * the handlers of the batch before it and that batch's completion: two
+ * statements in flight, as in the bare loop's best settings.
+ *
+ * Two fetches and two completion batches at once (fa91dc9) were measured
+ * with fetches of 500. With fetches of 1,000-2,000, four statements in
+ * flight on 2 cores cost the server more CPU per job than two (the same
+ * holds for the bare loop: 4 loops against 2). 100,000 no-op jobs, Conveyor's worker, pg_stat_statements
+ * and /proc, 4 interleaved rounds, 2 cores, fsync on: cluster CPU per job
+ * 51.1 / 33.8 / 31.8 / 38.7 µs with two and two, 31.1 / 22.7 / 23.8 / 31.2
+ * with one and one (32.4-39.0k -> 30.5-43.2k jobs/s). In the bench
+ * (throughput phase, 3 alternating rounds), at 100,000 jobs the best setting
+ * went from 34,408 / 36,081 / 31,671 to 42,653 / 38,831 / 40,125 jobs/s,
+ * at 10,000 from 25,078 / 23,951 / 22,864 to 32,563 / 30,198 / 25,359, and
+ * c100 (fetches of 100) at 100,000 from 15,239 / 14,630 / 17,010 to
+ * 21,587 / 19,446 / 19,255. The cost: jobs whose effect is a ledger insert
+ * in ctx.transaction, best setting at 10,000, 4 alternating rounds: 8,598 /
+ * 8,319 / 6,975 / 8,599 jobs/s with two, 7,816 / 7,707 / 8,451 / 6,850 with
+ * one (at 100,000, 2 rounds: 12,320 / 10,687 against 11,953 / 10,630).
  */
-export const MAX_FETCHES_IN_FLIGHT = 2;
+export const MAX_FETCHES_IN_FLIGHT = 1;
 
 /** How long stop() waits for hand-off inserts still in flight. */
 export const HANDOFF_STOP_WAIT_MS = 5_000;
@@ -67,6 +86,7 @@ export interface Producer {
 }
 
 export function createProducer(o: ProducerOptions): Producer {
+  const fetchesInFlight = o.fetchesInFlight ?? MAX_FETCHES_IN_FLIGHT;
   let active = 0;
   let reserved = 0;
   let unwritten = 0; // handlers done, outcome not yet written
@@ -145,7 +165,7 @@ export function createProducer(o: ProducerOptions): Producer {
   };
 
   const fill = () => {
-    if (stopped || backingOff || !wanted || inFlight.size >= MAX_FETCHES_IN_FLIGHT) return;
+    if (stopped || backingOff || !wanted || inFlight.size >= fetchesInFlight) return;
     // Back-pressure: while more outcomes wait to be written than we may run,
     // the database is the bottleneck; fetching more would only hold leases.
     if (unwritten - active > o.concurrency) return;
