@@ -82,9 +82,10 @@ function columnValues<T>(c: BatchColumn<T>, items: T[]): (string | null)[] {
  * on 5,000 rows took 0.8-1.0 ms instead of 0.02-0.04 ms (EXPLAIN ANALYZE).
  * With the LIMIT the plan is the probes (test/plans.test.ts).
  *
- * Not covered: a connection that caches a generic plan (from its sixth run
- * of a statement) while the table is nearly empty keeps its scan as the table
- * grows, until autovacuum's ANALYZE invalidates it (docs/runbook.md).
+ * A generic plan a connection caches (from a statement's sixth run) while
+ * the table is nearly empty probes the primary key too, once the table has
+ * grown (test/reaper.test.ts); the jsonb document this replaced was planned
+ * as a scan there, kept until an ANALYZE (src/db/stats.ts, docs/runbook.md).
  */
 export function fencedBatch<T extends Lease>(
   db: Db,

@@ -48,10 +48,11 @@ const ERROR_BACKOFF_MS = 1_000;
  * Two fetches and two completion batches at once (fa91dc9) were measured
  * with fetches of 500. With fetches of 1,000-2,000, four statements in
  * flight on 2 cores cost the server more CPU per job than two (the same
- * holds for the bare loop: 4 loops against 2). 100,000 no-op jobs, Conveyor's worker, pg_stat_statements
- * and /proc, 4 interleaved rounds, 2 cores, fsync on: cluster CPU per job
- * 51.1 / 33.8 / 31.8 / 38.7 µs with two and two, 31.1 / 22.7 / 23.8 / 31.2
- * with one and one (32.4-39.0k -> 30.5-43.2k jobs/s). In the bench
+ * holds for the bare loop: 4 loops against 2). 100,000 no-op jobs,
+ * Conveyor's worker, pg_stat_statements and /proc, 4 interleaved rounds,
+ * 2 cores, fsync on: cluster CPU per job 51.1 / 33.8 / 31.8 / 38.7 µs with
+ * two and two, 31.1 / 22.7 / 23.8 / 31.2 with one and one (25.4-39.0k ->
+ * 30.5-43.2k jobs/s). In the bench
  * (throughput phase, 3 alternating rounds), at 100,000 jobs the best setting
  * went from 34,408 / 36,081 / 31,671 to 42,653 / 38,831 / 40,125 jobs/s,
  * at 10,000 from 25,078 / 23,951 / 22,864 to 32,563 / 30,198 / 25,359, and
@@ -116,8 +117,8 @@ export function createProducer(o: ProducerOptions): Producer {
     const limit = Math.min(slots, o.fetchBatch);
     if (limit <= 0) return 0;
     // With a backlog, and slots this fetch leaves free, another fetch may go
-    // at once: else each returning batch starts exactly one more, and the
-    // fetches of a busy worker run one at a time.
+    // at once (when more than one may be in flight): else each returning
+    // batch starts exactly one more, and they run one at a time.
     if (!(backlog && limit < slots)) wanted = false;
     reserved += limit;
     let rows: LeasedRow[];
