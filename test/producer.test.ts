@@ -16,14 +16,18 @@ afterAll(async () => {
   await db.drop();
 });
 
-test("with a backlog and two fetches allowed, a busy producer keeps two in flight, not one after another", async () => {
-  const queue = "backlog";
+/**
+ * A producer over a backlog of 2,000 jobs in `queue`, fetching 500 at a time
+ * through a pool 100 ms away each way (no fetch returns within 200 ms), that
+ * counts its fetches and the jobs it ran.
+ */
+async function backlogProducer(queue: string, fetchesInFlight?: number) {
   await enqueueMany(
     db.sql,
     Array.from({ length: 2_000 }, () => ({ queue, kind: "k" })),
   );
-  // 100 ms each way: no fetch can return within 200 ms.
   const pool = await countingPool(db, /set state = 'running'/, { max: 4, latencyMs: 100 });
+  const counts = { ran: 0 };
   const producer = createProducer({
     sql: pool.sql,
     queue,
@@ -33,11 +37,19 @@ test("with a backlog and two fetches allowed, a busy producer keeps two in fligh
     fetchBatch: 500,
     leaseMs: 30_000,
     pollIntervalMs: 60_000,
-    execute: async (_row, _leaseMs, handlerDone) => handlerDone(),
+    execute: async (_row, _leaseMs, handlerDone) => {
+      counts.ran++;
+      handlerDone();
+    },
     logger: silentLogger,
     events: createEvents(),
-    fetchesInFlight: 2,
+    ...(fetchesInFlight === undefined ? {} : { fetchesInFlight }),
   });
+  return { pool, producer, counts };
+}
+
+test("with a backlog and two fetches allowed, a busy producer keeps two in flight, not one after another", async () => {
+  const { pool, producer } = await backlogProducer("backlog", 2);
   try {
     producer.start();
     await Bun.sleep(120);
@@ -49,30 +61,7 @@ test("with a backlog and two fetches allowed, a busy producer keeps two in fligh
 });
 
 test("by default a busy producer has one fetch in flight, and the next goes as soon as it returns", async () => {
-  const queue = "backlog1";
-  await enqueueMany(
-    db.sql,
-    Array.from({ length: 2_000 }, () => ({ queue, kind: "k" })),
-  );
-  // 100 ms each way: a fetch takes at least 200 ms.
-  const pool = await countingPool(db, /set state = 'running'/, { max: 4, latencyMs: 100 });
-  let ran = 0;
-  const producer = createProducer({
-    sql: pool.sql,
-    queue,
-    owner: "W",
-    kinds: ["k"],
-    concurrency: 1_000,
-    fetchBatch: 500,
-    leaseMs: 30_000,
-    pollIntervalMs: 60_000,
-    execute: async (_row, _leaseMs, handlerDone) => {
-      ran++;
-      handlerDone();
-    },
-    logger: silentLogger,
-    events: createEvents(),
-  });
+  const { pool, producer, counts } = await backlogProducer("backlog1");
   try {
     producer.start();
     const started = performance.now();
@@ -82,7 +71,7 @@ test("by default a busy producer has one fetch in flight, and the next goes as s
     // The second went only once the first had returned and its jobs had run,
     // and at once: long before the poll interval.
     expect(pool.sent()).toBe(2);
-    expect(ran).toBe(500);
+    expect(counts.ran).toBe(500);
   } finally {
     await producer.stop();
     await pool.close();
