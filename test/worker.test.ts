@@ -288,6 +288,54 @@ describe("worker", () => {
     expect(effect?.n).toBe(1);
   });
 
+  test("ctx.transaction runs once per job: a second call, during or after the first, throws", async () => {
+    const q = freshQueue();
+    const errors: string[] = [];
+    const w = worker(q, {
+      handlers: {
+        k: async (_p, ctx) => {
+          const first = ctx.transaction(async (tx) => {
+            await tx`select pg_sleep(0.05)`;
+            return "first";
+          });
+          // While the first is in flight, and through a detached reference.
+          const { transaction } = ctx;
+          await transaction(async () => "during").catch((e: Error) => errors.push(e.message));
+          const out = await first;
+          await ctx.transaction(async () => "after").catch((e: Error) => errors.push(e.message));
+          return out;
+        },
+      },
+    });
+    const { job: j } = await enqueue(db.sql, { queue: q, kind: "k" });
+    await w.start();
+    await until(async () => (await stateOf(j.id)) === "completed");
+    await w.stop();
+    expect(errors).toEqual([
+      "ctx.transaction() may be called once per job",
+      "ctx.transaction() may be called once per job",
+    ]);
+    expect((await job(j.id)).result).toBe("first");
+  });
+
+  test("a handler may return a thenable that is not a Promise; its value is the result", async () => {
+    const q = freshQueue();
+    const w = worker(q, {
+      handlers: {
+        // Plugins are plain JavaScript: the types do not stop this.
+        k: (() => ({
+          // biome-ignore lint/suspicious/noThenProperty: the point of the test.
+          then: (resolve: (v: unknown) => void) => setTimeout(() => resolve(7), 10),
+        })) as unknown as () => Promise<number>,
+      },
+    });
+    const { job: j } = await enqueue(db.sql, { queue: q, kind: "k" });
+    await w.start();
+    await until(async () => (await stateOf(j.id)) === "completed");
+    await w.stop();
+    expect((await job(j.id)).result).toBe(7);
+  });
+
   test("stop drains: running jobs finish within the grace period, nothing new is fetched", async () => {
     const q = freshQueue();
     let started = 0;

@@ -21,7 +21,28 @@ export interface Execution {
   committed: boolean;
   /** Given back on shutdown: skip any outcome write. */
   released: boolean;
-  readonly done: Promise<void>;
+  /** Settled once the job is off this worker's hands; made on first ask (see doneOf). */
+  done: Promise<void> | undefined;
+  finish: (() => void) | undefined;
+  /** The executor is through with this job: it left `running`. */
+  over: boolean;
+}
+
+/**
+ * Resolves when the execution is over. Made only when asked for (at
+ * shutdown): a promise and its resolver per job cost the busy worker for
+ * nothing.
+ */
+export function doneOf(e: Execution): Promise<void> {
+  if (e.over) return Promise.resolve();
+  e.done ??= new Promise<void>((r) => (e.finish = r));
+  return e.done;
+}
+
+/** Marks the execution over and settles doneOf's promise, if one was asked for. */
+export function endExecution(e: Execution): void {
+  e.over = true;
+  e.finish?.();
 }
 
 export function abortExecution(e: Execution, reason: unknown): void {

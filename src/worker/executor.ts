@@ -5,7 +5,7 @@
 // state guard; a write that matches 0 rows is reported as lease:lost and never
 // retried as a different write. A write whose try failed is retried as the
 // same write (writeFenced), which tells its own earlier commit from a lost lease.
-import type { Pool } from "../db/db.ts";
+import type { Db, Pool } from "../db/db.ts";
 import type { LeasedRow } from "../db/fetch.ts";
 import {
   cancelLeasedJobs,
@@ -23,7 +23,7 @@ import {
   ValidationError,
 } from "../errors.ts";
 import type { Events } from "../events.ts";
-import type { HandlerSpec, JobContext } from "../handler.ts";
+import type { HandlerSpec, JobContext, TransactionOptions } from "../handler.ts";
 import { outcomeKind, outcomeOf } from "../handler.ts";
 import type { AttemptError, Job, JobState } from "../job.ts";
 import { jobFromLeasedRow } from "../job.ts";
@@ -32,7 +32,7 @@ import type { Logger } from "../logger.ts";
 import { type BackoffPolicy, retryDelayMs } from "../retry.ts";
 import type { Completer } from "./completer.ts";
 import type { EffectRunner } from "./effects.ts";
-import { abortExecution, type Execution, signalOf } from "./execution.ts";
+import { abortExecution, type Execution, endExecution, signalOf } from "./execution.ts";
 import { writeFenced } from "./loop.ts";
 
 export interface ExecutorDeps {
@@ -50,6 +50,14 @@ export interface ExecutorDeps {
   logger: Logger;
   /** How long to wait for one outcome write (DB_CALL_DEADLINE_MS by default). */
   deadlineMs?: number;
+}
+
+function isThenable(v: unknown): v is PromiseLike<unknown> {
+  return (
+    v !== null &&
+    (typeof v === "object" || typeof v === "function") &&
+    typeof (v as { then?: unknown }).then === "function"
+  );
 }
 
 export function attemptError(job: Job, error: unknown): AttemptError {
@@ -113,50 +121,78 @@ export function createExecutor(d: ExecutorDeps) {
     d.events.emit("job:failed", { job, error, state, retryDelayMs: delay });
   }
 
-  function context(exec: Execution): JobContext {
-    const { job, lease } = exec;
-    let logger: JobContext["logger"] | undefined;
-    let transactionCalled = false;
-    return {
-      job,
-      fencingToken: lease.version,
-      idempotencyKey: job.idempotencyKey ?? `job:${job.id}`,
-      // Created on first use: most handlers read neither.
-      get signal() {
-        return signalOf(exec);
-      },
-      get logger() {
-        logger ??= d.logger.child({ jobId: job.id, kind: job.kind, fencingToken: lease.version });
-        return logger;
-      },
-      async transaction(fn, options) {
-        if (exec.committed || transactionCalled) {
-          throw new ConveyorError("ctx.transaction() may be called once per job");
+  /**
+   * A handler's ctx. A class, not an object literal: a literal with getters
+   * and a method made four objects per job, and its getters new functions
+   * each time. What most handlers never read (signal, logger, transaction,
+   * idempotencyKey) is made on first read; `transaction` is a bound function,
+   * so that `const { transaction } = ctx` works as before.
+   */
+  class Context implements JobContext {
+    readonly job: Job;
+    readonly fencingToken: number;
+    #exec: Execution;
+    // Guards a second call while the first is in flight (exec.committed is
+    // set only once it commits).
+    #transactionCalled = false;
+    #logger: Logger | undefined;
+    #transaction: JobContext["transaction"] | undefined;
+
+    constructor(exec: Execution) {
+      this.#exec = exec;
+      this.job = exec.job;
+      this.fencingToken = exec.lease.version;
+    }
+    get idempotencyKey() {
+      return this.job.idempotencyKey ?? `job:${this.job.id}`;
+    }
+    get signal() {
+      return signalOf(this.#exec);
+    }
+    get logger() {
+      this.#logger ??= d.logger.child({
+        jobId: this.job.id,
+        kind: this.job.kind,
+        fencingToken: this.fencingToken,
+      });
+      return this.#logger;
+    }
+    get transaction(): JobContext["transaction"] {
+      this.#transaction ??= (fn, options) => this.#runTransaction(fn, options);
+      return this.#transaction;
+    }
+
+    async #runTransaction<T extends JsonValue | undefined>(
+      fn: (tx: Db) => Promise<T>,
+      options: TransactionOptions | undefined,
+    ): Promise<T> {
+      const exec = this.#exec;
+      if (exec.committed || this.#transactionCalled) {
+        throw new ConveyorError("ctx.transaction() may be called once per job");
+      }
+      this.#transactionCalled = true;
+      try {
+        // Heartbeats continue while the request waits for a transaction;
+        // they stop once its transaction begins and locks the row.
+        const out = await d.effects.run(
+          exec.lease,
+          fn as Parameters<EffectRunner["run"]>[1],
+          () => (exec.inTransaction = true),
+          options?.independent === true,
+        );
+        exec.committed = true;
+        return out as T;
+      } catch (error) {
+        if (error instanceof StaleLeaseError) {
+          stale(exec.job, "complete");
+          abortExecution(exec, error);
         }
-        transactionCalled = true;
-        try {
-          // Heartbeats continue while the request waits for a transaction;
-          // they stop once its transaction begins and locks the row.
-          const out = await d.effects.run(
-            lease,
-            fn as Parameters<EffectRunner["run"]>[1],
-            () => (exec.inTransaction = true),
-            options?.independent === true,
-          );
-          exec.committed = true;
-          return out as Awaited<ReturnType<typeof fn>>;
-        } catch (error) {
-          if (error instanceof StaleLeaseError) {
-            stale(job, "complete");
-            abortExecution(exec, error);
-          }
-          throw error;
-        } finally {
-          exec.inTransaction = false;
-          transactionCalled = exec.committed;
-        }
-      },
-    };
+        throw error;
+      } finally {
+        exec.inTransaction = false;
+        this.#transactionCalled = exec.committed;
+      }
+    }
   }
 
   async function writeOutcome(exec: Execution, spec: HandlerSpec, value: unknown, ms: number) {
@@ -219,7 +255,6 @@ export function createExecutor(d: ExecutorDeps) {
     handlerDone?: () => void,
   ): Promise<void> {
     const job = jobFromLeasedRow(row, d.owner, leaseMs);
-    let finish!: () => void;
     const exec: Execution = {
       job,
       lease: { id: job.id, version: job.leaseVersion },
@@ -230,7 +265,9 @@ export function createExecutor(d: ExecutorDeps) {
       finishing: false,
       committed: false,
       released: false,
-      done: new Promise<void>((r) => (finish = r)),
+      done: undefined,
+      finish: undefined,
+      over: false,
     };
     d.running.set(job.id, exec);
     d.events.emit("job:started", { job });
@@ -251,7 +288,10 @@ export function createExecutor(d: ExecutorDeps) {
       let value: unknown;
       let thrown: { error: unknown } | undefined;
       try {
-        value = await spec.handler(job.payload, context(exec));
+        value = spec.handler(job.payload, new Context(exec));
+        // A handler that returned a plain value is not awaited: an await
+        // costs a turn of the microtask queue and suspending this function.
+        if (isThenable(value)) value = await value;
       } catch (error) {
         thrown = { error };
       }
@@ -281,7 +321,15 @@ export function createExecutor(d: ExecutorDeps) {
         await fail(exec, spec, error);
         return;
       }
-      await writeOutcome(exec, spec, value, performance.now() - started);
+      const ms = performance.now() - started;
+      if (value === undefined) {
+        // The common case inline: no outcome object, no result to check.
+        if (await d.completer.complete(exec.lease)) {
+          d.events.emit("job:completed", { job, durationMs: ms });
+        } else stale(job, "complete");
+        return;
+      }
+      await writeOutcome(exec, spec, value, ms);
     } catch (error) {
       // The outcome write itself failed (connection lost, Postgres restarting).
       // The lease runs out and the reaper makes the job runnable again.
@@ -292,7 +340,7 @@ export function createExecutor(d: ExecutorDeps) {
     } finally {
       clearTimeout(timer);
       d.running.delete(job.id);
-      finish();
+      endExecution(exec);
     }
   };
 }

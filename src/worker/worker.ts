@@ -15,7 +15,7 @@ import { DEFAULT_BACKOFF } from "../retry.ts";
 import { parseOrThrow } from "../validate.ts";
 import { createCompleter } from "./completer.ts";
 import { createEffectRunner, EFFECT_GROUP_MAX, EFFECT_ISOLATION } from "./effects.ts";
-import { abortExecution, type Execution } from "./execution.ts";
+import { abortExecution, doneOf, type Execution } from "./execution.ts";
 import { createExecutor } from "./executor.ts";
 import { createHeartbeat } from "./heartbeat.ts";
 import { DB_CALL_DEADLINE_MS, withDeadline } from "./loop.ts";
@@ -259,7 +259,7 @@ export function createWorker(options: WorkerOptions): Worker {
     offHandOff?.();
     await Promise.all([...producers.values()].map((p) => p.stop()));
     await wakeup?.stop();
-    const waitAll = () => Promise.all([...running.values()].map((e) => e.done));
+    const waitAll = () => Promise.all([...running.values()].map(doneOf));
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([waitAll(), new Promise((r) => (timer = setTimeout(r, graceMs)))]);
     clearTimeout(timer);
@@ -282,7 +282,7 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     // Let outcome writes already under way land.
     await Promise.race([
-      Promise.all([...running.values()].filter((e) => e.finishing).map((e) => e.done)),
+      Promise.all([...running.values()].filter((e) => e.finishing).map(doneOf)),
       Bun.sleep(5_000),
     ]);
     // Bounded: with the database unreachable, completions would retry for
