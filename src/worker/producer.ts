@@ -157,11 +157,14 @@ export function createProducer(o: ProducerOptions): Producer {
         active--;
         schedule();
       };
-      void o.execute(row, o.leaseMs, handlerDone).finally(() => {
+      const over = () => {
         handlerDone();
         unwritten--;
         schedule();
-      });
+      };
+      // then, not finally: finally wraps the callback in closures and promises
+      // of its own, per job (10-50 ns more per job in a micro-benchmark).
+      void o.execute(row, o.leaseMs, handlerDone).then(over, over);
     }
   };
 
