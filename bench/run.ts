@@ -13,6 +13,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
+import { ALLOCATOR_ENV } from "../src/runtime.ts";
 import { findNode, machine, ROOT, versions } from "./lib/environment.ts";
 import { RESULT_PREFIX, type Result, type SettingValues, type Task } from "./lib/protocol.ts";
 import {
@@ -26,6 +27,12 @@ import {
 import { bestSetting, type RunRecord } from "./lib/summary.ts";
 import { FULL, type Profile, QUICK, SYSTEMS, type SystemSpec, timeLimitMs } from "./plan.ts";
 import { renderMarkdown, writeReadme } from "./render.ts";
+
+/** The allocator variables as Bun children get them (ours win over the defaults). */
+const allocatorEnvApplied = () =>
+  Object.fromEntries(
+    Object.entries(ALLOCATOR_ENV).map(([k, v]) => [k, process.env[k] ?? v]),
+  ) as Record<string, string>;
 
 const PHASES = ["throughput", "ledger", "latency", "enqueue", "scale", "rss"] as const;
 type Phase = (typeof PHASES)[number];
@@ -132,6 +139,9 @@ async function main() {
       machine: machineRedis ? { url: machineRedis.url, ...(await machineRedis.describe()) } : null,
       durable: durableRedis ? { ...(await durableRedis.describe()) } : null,
     },
+    // Environment added to every Bun child (Conveyor and the bare loops), as
+    // the daemon sets it for itself; a value in our own environment wins.
+    bunEnv: allocatorEnvApplied(),
     notes,
     runs: [] as RunRecord[],
   };
@@ -203,7 +213,10 @@ async function main() {
     const started = performance.now();
     const proc = Bun.spawn(cmd, {
       cwd: ROOT,
-      env: { ...process.env, BENCH_TASK: JSON.stringify(task) },
+      env: {
+        ...(spec.runtime === "bun" ? { ...ALLOCATOR_ENV, ...process.env } : process.env),
+        BENCH_TASK: JSON.stringify(task),
+      },
       stdout: "pipe",
       stderr: "pipe",
       timeout: limit,

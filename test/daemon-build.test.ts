@@ -93,6 +93,10 @@ describe("the compiled binary", () => {
       const daemon = spawnConveyor(["start", "--config", config], { cmd, cwd: dir });
       try {
         await waitReady(daemon, `http://127.0.0.1:${port}`);
+        // The binary re-executed itself in place with its allocator setting
+        // (src/runtime.ts), its own arguments intact (it answers on its port).
+        const environ = await Bun.file(`/proc/${daemon.proc.pid}/environ`).text();
+        expect(environ.split("\0")).toContain("MIMALLOC_PURGE_DELAY=-1");
         const enq = await runConveyor(["enqueue", "default", "greet/hello", '{"name":"bin"}'], {
           cmd,
           cwd: dir,

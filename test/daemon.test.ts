@@ -125,6 +125,17 @@ paused = true
   );
 
   test(
+    "the daemon re-executed itself in place with its allocator setting",
+    async () => {
+      // Same pid as spawned (process.execve keeps it), and that process answers.
+      const environ = await Bun.file(`/proc/${daemon.proc.pid}/environ`).text();
+      expect(environ.split("\0")).toContain("MIMALLOC_PURGE_DELAY=-1");
+      expect((await fetch(`${base}/readyz`)).status).toBe(200);
+    },
+    T,
+  );
+
+  test(
     "a job enqueued over HTTP runs and reads back",
     async () => {
       const res = await fetch(`${base}/v1/jobs`, {
