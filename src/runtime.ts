@@ -10,8 +10,16 @@
  * the whole process 14.3-15.3 µs per job with the default, no scavenger time
  * and 8.1-9.4 µs with -1 (never). In the bench (throughput phase, 2
  * alternating rounds), Conveyor's best setting at 100,000 jobs went from
- * 38,941 / 33,782 to 50,714 / 47,499 jobs/s. The cost: memory freed after
- * a peak stays with the process (the bench's RSS phase measures it).
+ * 38,941 / 33,782 to 50,714 / 47,499 jobs/s; in the full run of 443bc92,
+ * 86% of the bare SQL ceiling at 100,000 jobs against 60% in the run before.
+ * Delays of 250 and 1,000 ms kept most of the cost (14.7 / 13.9 and 12.5
+ * µs per job), and so did reset instead of decommit (MIMALLOC_PURGE_DECOMMITS=0).
+ *
+ * The cost: memory freed after a peak stays with the process. Through the
+ * bench's 1,000,000-job backlog (c4000-b2000, 3 runs) RSS peaked at 165-186
+ * MB and grew 0.56 / 0.97 / 2.09 MB per 100,000 jobs after its first climb
+ * (145 MB, no growth, with the default); an earlier attempt (57ae606) was
+ * reverted for 155-164 MB and 1.6-2.5 MB per 100,000 at c2000-b1000.
  */
 export const ALLOCATOR_ENV = { MIMALLOC_PURGE_DELAY: "-1" } as const;
 
@@ -30,5 +38,12 @@ export function execWithAllocatorSettings(env: NodeJS.ProcessEnv = process.env):
   const args = compiled
     ? [process.execPath, ...process.argv.slice(2)]
     : [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
-  process.execve(process.execPath, args, { ...ALLOCATOR_ENV, ...env });
+  try {
+    process.execve(process.execPath, args, { ...ALLOCATOR_ENV, ...env });
+  } catch (error) {
+    // Not worth failing to start over: run on with the allocator's defaults.
+    process.stderr.write(
+      `conveyor: could not re-execute with ${missing.join(", ")} set (${String(error)}); continuing without\n`,
+    );
+  }
 }
