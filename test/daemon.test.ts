@@ -235,6 +235,31 @@ test(
   T,
 );
 
+test(
+  "an allocator setting in the environment is kept, not replaced by the daemon's",
+  async () => {
+    // Nothing listens on port 1: the daemon stays up, waiting for its database.
+    const { config } = await workspace(
+      `[database]\nurl = "postgres://127.0.0.1:1/none"\n[api]\nlisten = "127.0.0.1:${await freePort()}"\n`,
+      PLUGINS,
+    );
+    const daemon = spawnConveyor(["start", "--config", config], {
+      env: cleanEnv({ MIMALLOC_PURGE_DELAY: "25" }),
+    });
+    try {
+      await daemon.waitForLog((r) => r.msg === "database not reachable; retrying");
+      const environ = (await Bun.file(`/proc/${daemon.proc.pid}/environ`).text()).split("\0");
+      expect(environ.filter((e) => e.startsWith("MIMALLOC_PURGE_DELAY="))).toEqual([
+        "MIMALLOC_PURGE_DELAY=25",
+      ]);
+    } finally {
+      daemon.proc.kill("SIGKILL");
+      await daemon.exited;
+    }
+  },
+  T,
+);
+
 describe("start refuses bad config and bad plugins", () => {
   const start = async (toml: string, plugins: Record<string, string> = PLUGINS) => {
     const { config } = await workspace(`[database]\nurl = "${db.url}"\n${toml}`, plugins);
