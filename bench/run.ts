@@ -13,7 +13,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { ALLOCATOR_ENV } from "../src/runtime.ts";
+import { ALLOCATOR_ENV, withAllocatorEnv } from "../src/runtime.ts";
 import { findNode, machine, ROOT, versions } from "./lib/environment.ts";
 import { RESULT_PREFIX, type Result, type SettingValues, type Task } from "./lib/protocol.ts";
 import {
@@ -28,11 +28,8 @@ import { bestSetting, type RunRecord } from "./lib/summary.ts";
 import { FULL, type Profile, QUICK, SYSTEMS, type SystemSpec, timeLimitMs } from "./plan.ts";
 import { renderMarkdown, writeReadme } from "./render.ts";
 
-/** The allocator variables as Bun children get them (ours win over the defaults). */
-const allocatorEnvApplied = () =>
-  Object.fromEntries(
-    Object.entries(ALLOCATOR_ENV).map(([k, v]) => [k, process.env[k] ?? v]),
-  ) as Record<string, string>;
+/** Bun children's environment: the daemon's allocator setting, unless ours sets it. */
+const BUN_CHILD_ENV = withAllocatorEnv(process.env);
 
 const PHASES = ["throughput", "ledger", "latency", "enqueue", "scale", "rss"] as const;
 type Phase = (typeof PHASES)[number];
@@ -141,7 +138,9 @@ async function main() {
     },
     // Environment added to every Bun child (Conveyor and the bare loops), as
     // the daemon sets it for itself; a value in our own environment wins.
-    bunEnv: allocatorEnvApplied(),
+    bunEnv: Object.fromEntries(
+      Object.keys(ALLOCATOR_ENV).map((k) => [k, BUN_CHILD_ENV[k] as string]),
+    ),
     notes,
     runs: [] as RunRecord[],
   };
@@ -214,7 +213,7 @@ async function main() {
     const proc = Bun.spawn(cmd, {
       cwd: ROOT,
       env: {
-        ...(spec.runtime === "bun" ? { ...ALLOCATOR_ENV, ...process.env } : process.env),
+        ...(spec.runtime === "bun" ? BUN_CHILD_ENV : process.env),
         BENCH_TASK: JSON.stringify(task),
       },
       stdout: "pipe",

@@ -24,6 +24,11 @@
  */
 export const ALLOCATOR_ENV = { MIMALLOC_PURGE_DELAY: "-1" } as const;
 
+/** `env` with ALLOCATOR_ENV's variables added where it leaves them unset. */
+export function withAllocatorEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return { ...ALLOCATOR_ENV, ...env };
+}
+
 /**
  * Re-executes this process in place (same pid, process.execve) with
  * ALLOCATOR_ENV added, unless the environment already sets every variable
@@ -40,7 +45,7 @@ export function execWithAllocatorSettings(env: NodeJS.ProcessEnv = process.env):
     ? [process.execPath, ...process.argv.slice(2)]
     : [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
   try {
-    process.execve(process.execPath, args, { ...ALLOCATOR_ENV, ...env });
+    process.execve(process.execPath, args, withAllocatorEnv(env));
   } catch (error) {
     // Not worth failing to start over: run on with the allocator's defaults.
     process.stderr.write(

@@ -28,18 +28,27 @@ test("completions handed in during one turn of the event loop share one statemen
   expect(n?.n).toBe(7);
 });
 
-test("a few completions wait for the batch being written, then go together", async () => {
-  const [a, b, c] = await leaseNew(db.sql, "cb2", "W", 3);
-  // 100 ms each way: the first batch cannot be back within 200 ms.
+/**
+ * One completion, then `more` 30 ms later, through a pool 100 ms away each
+ * way (the first batch cannot be back within 200 ms). Returns 60 ms after
+ * that, with the pool (its statements counted so far) and every completion.
+ */
+async function firstThenMore(queue: string, more: number, batchesInFlight?: number) {
+  const [a, ...rest] = await leaseNew(db.sql, queue, "W", 1 + more);
   const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
+  const completer = createCompleter(pool.sql, "W", silentLogger, undefined, batchesInFlight);
+  const first = completer.complete(a as Lease);
+  await Bun.sleep(30);
+  const done = Promise.all([first, ...rest.map((l) => completer.complete(l))]);
+  await Bun.sleep(60);
+  return { pool, done };
+}
+
+test("a few completions wait for the batch being written, then go together", async () => {
+  const { pool, done } = await firstThenMore("cb2", 2);
   try {
-    const completer = createCompleter(pool.sql, "W", silentLogger);
-    const first = completer.complete(a as Lease);
-    await Bun.sleep(30);
-    const rest = [completer.complete(b as Lease), completer.complete(c as Lease)];
-    await Bun.sleep(60);
     expect(pool.sent()).toBe(1);
-    expect(await Promise.all([first, ...rest])).toEqual([true, true, true]);
+    expect(await done).toEqual([true, true, true]);
     expect(pool.sent()).toBe(2);
   } finally {
     await pool.close();
@@ -47,17 +56,10 @@ test("a few completions wait for the batch being written, then go together", asy
 });
 
 test("with two batches allowed, a second goes at once when enough completions wait", async () => {
-  const [a, ...more] = await leaseNew(db.sql, "cb3", "W", 1 + COMPLETER_SECOND_BATCH_MIN);
-  const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
+  const { pool, done } = await firstThenMore("cb3", COMPLETER_SECOND_BATCH_MIN, 2);
   try {
-    const completer = createCompleter(pool.sql, "W", silentLogger, undefined, 2);
-    const first = completer.complete(a as Lease);
-    await Bun.sleep(30);
-    const rest = more.map((l) => completer.complete(l));
-    await Bun.sleep(60);
     expect(pool.sent()).toBe(2);
-    const done = await Promise.all([first, ...rest]);
-    expect(done.every((d) => d)).toBe(true);
+    expect((await done).every((d) => d)).toBe(true);
     const [n] =
       await db.sql`select count(*)::int as n from conveyor_jobs where queue = 'cb3' and state = 'completed'`;
     expect(n?.n).toBe(1 + COMPLETER_SECOND_BATCH_MIN);
@@ -67,17 +69,10 @@ test("with two batches allowed, a second goes at once when enough completions wa
 });
 
 test("by default one batch is written at a time, however many completions wait", async () => {
-  const [a, ...more] = await leaseNew(db.sql, "cb4", "W", 1 + COMPLETER_SECOND_BATCH_MIN);
-  const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
+  const { pool, done } = await firstThenMore("cb4", COMPLETER_SECOND_BATCH_MIN);
   try {
-    const completer = createCompleter(pool.sql, "W", silentLogger);
-    const first = completer.complete(a as Lease);
-    await Bun.sleep(30);
-    const rest = more.map((l) => completer.complete(l));
-    await Bun.sleep(60);
     expect(pool.sent()).toBe(1);
-    const done = await Promise.all([first, ...rest]);
-    expect(done.every((d) => d)).toBe(true);
+    expect((await done).every((d) => d)).toBe(true);
     // The rest went together in one statement after the first committed.
     expect(pool.sent()).toBe(2);
   } finally {
