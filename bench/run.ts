@@ -7,7 +7,8 @@
 //
 // Options: --quick, --reps N, --only sys1,sys2, --phases throughput,latency,...,
 //          --sizes 500,10000 (no-op throughput sizes), --ledger-sizes 10000,
-//          --out FILE, --render / --no-render, --profile (Bun CPU profiles of
+//          --rss-backlog N, --setting NAME (Conveyor's setting for the latency,
+//          scale and rss phases instead of its best no-op one), --out FILE, --render / --no-render, --profile (Bun CPU profiles of
 //          Conveyor runs into bench/.profiles/), --redis-url URL.
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -41,6 +42,8 @@ const { values: opt } = parseArgs({
     only: { type: "string" },
     sizes: { type: "string" },
     "ledger-sizes": { type: "string" },
+    "rss-backlog": { type: "string" },
+    setting: { type: "string" },
     phases: { type: "string" },
     out: { type: "string" },
     render: { type: "boolean" },
@@ -57,6 +60,14 @@ const profile: Profile = { ...(opt.quick ? QUICK : FULL) };
 if (opt.reps) profile.reps = Math.max(1, Number(opt.reps));
 if (opt.sizes) profile.throughputN = opt.sizes.split(",").map(Number);
 if (opt["ledger-sizes"]) profile.ledgerN = opt["ledger-sizes"].split(",").map(Number);
+if (opt["rss-backlog"]) profile.rssBacklog = Number(opt["rss-backlog"]);
+const conveyorSetting = opt.setting;
+const conveyorSettings = Object.keys(SYSTEMS.find((s) => s.id === "conveyor")?.settings ?? {});
+if (conveyorSetting !== undefined && !conveyorSettings.includes(conveyorSetting)) {
+  throw new Error(
+    `--setting ${conveyorSetting}: Conveyor has no such setting (bench/plan.ts: ${conveyorSettings.join(", ")})`,
+  );
+}
 const only = opt.only ? new Set(opt.only.split(",")) : undefined;
 const phases = new Set<Phase>(
   opt.phases ? (opt.phases.split(",") as Phase[]).filter((p) => PHASES.includes(p)) : PHASES,
@@ -273,7 +284,10 @@ async function main() {
   };
   const conveyor = systems.find((s) => s.id === "conveyor");
   const reference = (spec: SystemSpec) =>
-    bestSetting(doc.runs, spec.id, profile.referenceN) ?? Object.keys(spec.settings)[0] ?? "";
+    (spec.id === "conveyor" ? conveyorSetting : undefined) ??
+    bestSetting(doc.runs, spec.id, profile.referenceN) ??
+    Object.keys(spec.settings)[0] ??
+    "";
 
   // Repetitions are the outer loop, so drift on the machine spreads over
   // every system instead of landing on one.
