@@ -17,10 +17,13 @@
  * 13.3-15.8).
  *
  * The cost: memory freed after a peak stays with the process. Through the
- * bench's 1,000,000-job backlog (c4000-b2000, 3 runs) RSS peaked at 165-186
- * MB and grew 0.56 / 0.97 / 2.09 MB per 100,000 jobs after its first climb
- * (145 MB, no growth, with the default); an earlier attempt (57ae606) was
- * reverted for 155-164 MB and 1.6-2.5 MB per 100,000 at c2000-b1000.
+ * bench's 1,000,000-job backlog (c4000-b2000, 2 full runs of 3) RSS peaked
+ * at 164-186 MB and grew 0.56-2.38 MB per 100,000 jobs after its first
+ * climb (145 MB, no growth, with the default); an earlier attempt (57ae606)
+ * was reverted for 155-164 MB and 1.6-2.5 MB per 100,000 at c2000-b1000.
+ * That growth slows: through 3,000,000 jobs (3 runs) RSS peaked at 157, 189
+ * and 191 MB, rising 9, 10 and 1 MB after the millionth job; with the
+ * default it moved between 90 and 149 MB.
  */
 export const ALLOCATOR_ENV = { MIMALLOC_PURGE_DELAY: "-1" } as const;
 
