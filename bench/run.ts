@@ -7,8 +7,9 @@
 //
 // Options: --quick, --reps N, --only sys1,sys2, --phases throughput,latency,...,
 //          --sizes 500,10000 (no-op throughput sizes), --ledger-sizes 10000,
-//          --rss-backlog N, --setting NAME (Conveyor's setting for the latency,
-//          scale and rss phases instead of its best no-op one), --out FILE, --render / --no-render, --profile (Bun CPU profiles of
+//          --rss-backlog N, --setting NAME (Conveyor's setting for the
+//          latency, scale and rss phases instead of its best no-op one),
+//          --out FILE, --render / --no-render, --profile (Bun CPU profiles of
 //          Conveyor runs into bench/.profiles/), --redis-url URL.
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -60,7 +61,13 @@ const profile: Profile = { ...(opt.quick ? QUICK : FULL) };
 if (opt.reps) profile.reps = Math.max(1, Number(opt.reps));
 if (opt.sizes) profile.throughputN = opt.sizes.split(",").map(Number);
 if (opt["ledger-sizes"]) profile.ledgerN = opt["ledger-sizes"].split(",").map(Number);
-if (opt["rss-backlog"]) profile.rssBacklog = Number(opt["rss-backlog"]);
+if (opt["rss-backlog"] !== undefined) {
+  const backlog = Number(opt["rss-backlog"]);
+  if (!Number.isInteger(backlog) || backlog < 1) {
+    throw new Error(`--rss-backlog ${opt["rss-backlog"]}: expected a whole number of jobs`);
+  }
+  profile.rssBacklog = backlog;
+}
 const conveyorSetting = opt.setting;
 const conveyorSettings = Object.keys(SYSTEMS.find((s) => s.id === "conveyor")?.settings ?? {});
 if (conveyorSetting !== undefined && !conveyorSettings.includes(conveyorSetting)) {
