@@ -8,13 +8,13 @@
  * Per thread of a worker's process, 100,000 no-op jobs in batches of 2,000,
  * 2 cores, 8 runs of each, interleaved: mimalloc's scavenger thread 1.5-2.8
  * µs per job and the whole process 11.0-15.4 µs per job with the default,
- * no scavenger time and 6.3-9.4 µs with -1 (never). In the bench (throughput phase, 2
- * alternating rounds), Conveyor's best setting at 100,000 jobs went from
- * 38,941 / 33,782 to 50,714 / 47,499 jobs/s; in the full run of 443bc92,
- * 86% of the bare SQL ceiling at 100,000 jobs against 60% in the run before.
- * Delays of 250 and 1,000 ms kept most of the cost (13.5-14.7 and 11.2-14.7
- * µs per job), and so did reset instead of decommit (MIMALLOC_PURGE_DECOMMITS=0:
- * 13.3-15.8).
+ * no scavenger time and 6.3-9.4 µs with -1 (never). In the bench
+ * (throughput phase, 2 alternating rounds), Conveyor's best setting at
+ * 100,000 jobs went from 38,941 / 33,782 to 50,714 / 47,499 jobs/s; in the
+ * full run of 443bc92, 86% of the bare SQL ceiling at 100,000 jobs against
+ * 60% in the run before. Delays of 250 and 1,000 ms kept most of the cost
+ * (13.5-14.7 and 11.2-14.7 µs per job), and so did reset instead of
+ * decommit (MIMALLOC_PURGE_DECOMMITS=0: 13.3-15.8).
  *
  * The cost: memory freed after a peak stays with the process. Through the
  * bench's 1,000,000-job backlog (c4000-b2000, 2 full runs of 3) RSS peaked
