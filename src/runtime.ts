@@ -10,22 +10,23 @@
  * µs per job and the whole process 11.0-15.4 µs per job with the default,
  * no scavenger time and 6.3-9.4 µs with -1 (never). In the bench
  * (throughput phase, 2 alternating rounds), Conveyor's best setting at
- * 100,000 jobs went from 38,941 / 33,782 to 50,714 / 47,499 jobs/s; in the
- * full run of 443bc92, 86% of the bare SQL ceiling at 100,000 jobs against
- * 60% in the run before. Delays of 250 and 1,000 ms kept most of the cost
- * (13.5-14.7 and 11.2-14.7 µs per job), and so did reset instead of
- * decommit (MIMALLOC_PURGE_DECOMMITS=0: 13.3-15.8).
+ * 100,000 jobs went from 38,941 / 33,782 to 50,714 / 47,499 jobs/s.
  *
- * The cost: memory freed after a peak stays with the process. Through the
- * bench's 1,000,000-job backlog (c4000-b2000, 2 full runs of 3) RSS peaked
- * at 164-186 MB and grew 0.56-2.38 MB per 100,000 jobs after its first
- * climb (145 MB, no growth, with the default); an earlier attempt (57ae606)
- * was reverted for 155-164 MB and 1.6-2.5 MB per 100,000 at c2000-b1000.
- * That growth slows: through 3,000,000 jobs (3 runs) RSS peaked at 157, 189
- * and 191 MB, rising 9, 10 and 1 MB after the millionth job; with the
- * default it moved between 90 and 149 MB.
+ * Never purging made RSS a high-water mark: through the bench's
+ * 1,000,000-job backlog (c4000-b2000, 3 full runs of 3) it peaked at 154-186
+ * MB and crept up by 0.56-3.86 MB per 100,000 jobs after its first climb,
+ * over the bench's flatness bound (through 3,000,000 jobs it rose 1-10 MB
+ * after the millionth). Ten seconds keeps what a busy worker reuses and
+ * gives back what a peak left: through the same backlog, 3 runs, RSS peaked
+ * at 141, 163 and 134 MB and fell after its peak (-2.31, -5.69 and -1.25 MB
+ * per 100,000 jobs) at 45-56k jobs/s. Worker CPU per job against never,
+ * c4000-b2000, 6 interleaved runs of each on one morning: 8.5 against 7.7 µs
+ * at 100,000 jobs (54,149 against 55,909 jobs/s, medians), 10.9 and 10.9 at
+ * 10,000 (56,985 against 55,891). 1,000 ms was flat too but cost more
+ * (8.8-9.5 µs per job, and 49,582 against 53,775 jobs/s in one of two
+ * comparisons); 250 ms kept most of the default's cost.
  */
-export const ALLOCATOR_ENV = { MIMALLOC_PURGE_DELAY: "-1" } as const;
+export const ALLOCATOR_ENV = { MIMALLOC_PURGE_DELAY: "10000" } as const;
 
 /** `env` with ALLOCATOR_ENV's variables added where it leaves them unset. */
 export function withAllocatorEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {

@@ -96,7 +96,7 @@ describe("the compiled binary", () => {
         // The binary re-executed itself in place with its allocator setting
         // (src/runtime.ts), its own arguments intact (it answers on its port).
         const environ = await Bun.file(`/proc/${daemon.proc.pid}/environ`).text();
-        expect(environ.split("\0")).toContain("MIMALLOC_PURGE_DELAY=-1");
+        expect(environ.split("\0")).toContain("MIMALLOC_PURGE_DELAY=10000");
         const enq = await runConveyor(["enqueue", "default", "greet/hello", '{"name":"bin"}'], {
           cmd,
           cwd: dir,

@@ -129,7 +129,7 @@ paused = true
     async () => {
       // Same pid as spawned (process.execve keeps it), and that process answers.
       const environ = await Bun.file(`/proc/${daemon.proc.pid}/environ`).text();
-      expect(environ.split("\0")).toContain("MIMALLOC_PURGE_DELAY=-1");
+      expect(environ.split("\0")).toContain("MIMALLOC_PURGE_DELAY=10000");
       expect((await fetch(`${base}/readyz`)).status).toBe(200);
     },
     T,
