@@ -24,6 +24,13 @@ export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 64;
 export const EXIT_CONFIG = 78;
 
+/**
+ * The same signal again within this long is the first one delivered twice
+ * (a terminal and npm both send Ctrl-C's SIGINT), not a second request: it
+ * does not cut the drain short. npm forwards within milliseconds.
+ */
+export const REPEATED_SIGNAL_MS = 1_000;
+
 class UsageError extends ConveyorError {
   override readonly name = "UsageError";
 }
@@ -41,7 +48,8 @@ Commands:
   start    Run the daemon: migrate (advisory-locked), then the HTTP API, the
            workers (one handler per plugin file), the reaper and cron, over one
            Postgres pool. SIGTERM or SIGINT drains running jobs (worker.grace_ms)
-           and exits 0. --roles runs only some of them, e.g. --roles worker on
+           and exits 0; another signal (not the same one repeated within 1 s)
+           exits at once. --roles runs only some of them, e.g. --roles worker on
            extra machines.
   migrate  Apply pending schema migrations and exit.
   enqueue  Add one job; prints it as JSON. The payload is a JSON document.
@@ -137,13 +145,22 @@ async function cmdStart(args: string[], io: Io): Promise<number> {
   const logger = daemonLogger({ level: logLevel(values["log-level"], io.env) });
   const log = logger.child({ component: "daemon" });
   let stopRequested: string | undefined;
+  let stopRequestedAt = 0;
   let stopNow: (() => void) | undefined;
   const onSignal = (signal: string) => {
     if (stopRequested) {
+      // One Ctrl-C under `npm start` arrives twice: from the terminal and
+      // forwarded by npm, milliseconds apart (as does a service manager's
+      // SIGTERM to the whole group). That is one request to stop, not two.
+      if (signal === stopRequested && performance.now() - stopRequestedAt < REPEATED_SIGNAL_MS) {
+        log.info("the same signal again: still draining", { signal });
+        return;
+      }
       log.warn("second signal: exiting without waiting for jobs", { signal });
       process.exit(EXIT_FAILURE);
     }
     stopRequested = signal;
+    stopRequestedAt = performance.now();
     log.info("signal received", { signal });
     stopNow?.();
   };

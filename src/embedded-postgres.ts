@@ -23,6 +23,16 @@ export interface EmbeddedOptions {
   settings?: Record<string, string | number>;
   /** Receives the server's log lines. */
   onLog?: (line: string) => void;
+  /**
+   * Runs the postmaster in a session of its own (setsid), out of this
+   * process's group: a terminal's Ctrl-C (SIGINT to the whole foreground
+   * group) then reaches only us, and we stop the server after draining.
+   * In the group, the server took the SIGINT as a fast shutdown at once and
+   * the daemon's drain could not write the outcomes of the jobs it let
+   * finish. For a daemon that stops its cluster itself; test clusters stay in
+   * the group, so that killing the group leaves no server behind.
+   */
+  ownSession?: boolean;
 }
 
 export interface EmbeddedCluster {
@@ -198,7 +208,11 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     const args = ["-D", dataDir, "-p", String(port)];
     for (const [k, v] of Object.entries(settings)) args.push("-c", `${k}=${v}`);
     let log = "";
-    const proc = spawn(bins.postgres, args, { ...ids, stdio: ["ignore", "pipe", "pipe"] });
+    const proc = spawn(bins.postgres, args, {
+      ...ids,
+      detached: opts.ownSession === true,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     child = proc;
     const onData = (d: Buffer) => {
       const text = d.toString();

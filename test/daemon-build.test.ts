@@ -8,6 +8,7 @@ import path from "node:path";
 import {
   cleanEnv,
   freePort,
+  MAIN,
   REPO,
   removeTempFolders,
   runConveyor,
@@ -45,6 +46,37 @@ export default definePlugin({
 });
 `,
 };
+
+// Logs when it starts, then holds its job for 1.5 s.
+const SLOW_PLUGIN = {
+  "work/slow.ts": `import type { JobContext, Plugin } from "conveyor";
+export default {
+  async handler(_p: unknown, ctx: JobContext) {
+    ctx.logger.info("slow job started");
+    await Bun.sleep(1_500);
+    return { slept: true };
+  },
+} satisfies Plugin<unknown>;
+`,
+};
+
+/** POST /v1/jobs to queue "default" of a daemon with no API tokens. */
+function postJob(base: string, kind: string, payload: unknown): Promise<Response> {
+  return fetch(`${base}/v1/jobs`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ queue: "default", kind, payload }),
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 async function jobOf(id: string) {
   return (await db.sql`select state, result from conveyor_jobs where id = ${id}`)[0];
@@ -169,6 +201,96 @@ describe("the embedded default", () => {
         expect(second.logs.some((r) => r.msg === "starting embedded PostgreSQL")).toBe(true);
         const res = await fetch(`${base}/v1/jobs/${id}`);
         expect(((await res.json()) as { job: { state: string } }).job.state).toBe("completed");
+      } finally {
+        second.proc.kill("SIGTERM");
+      }
+      expect(await second.exited).toBe(0);
+    },
+    T,
+  );
+
+  test(
+    "Ctrl-C (SIGINT to the whole group, then again as npm forwards it) drains the running job before the cluster stops",
+    async () => {
+      const port = await freePort();
+      const { dir, config } = await workspace(
+        `[api]\nlisten = "127.0.0.1:${port}"\n[worker]\npoll_interval_ms = 200\n`,
+        { ...PLUGINS, ...SLOW_PLUGIN },
+      );
+      const base = `http://127.0.0.1:${port}`;
+      // setsid: a process group of its own, as a terminal's foreground job;
+      // it execs in place, so the daemon's pid is the group's id.
+      const first = spawnConveyor(["start", "--config", config], {
+        cwd: dir,
+        cmd: ["setsid", process.execPath, MAIN],
+      });
+      let id: string;
+      try {
+        await waitReady(first, base, 120_000);
+        const res = await postJob(base, "work/slow", {});
+        id = ((await res.json()) as { job: { id: string } }).job.id;
+        await first.waitForLog((r) => r.msg === "slow job started");
+        const pid = first.proc.pid;
+        process.kill(-pid, "SIGINT");
+        await Bun.sleep(20);
+        process.kill(pid, "SIGINT");
+      } catch (error) {
+        first.proc.kill("SIGKILL");
+        throw error;
+      }
+      expect(await first.exited).toBe(0);
+      const msgs = first.logs.map((r) => r.msg);
+      expect(msgs).toContain("the same signal again: still draining");
+      expect(msgs).not.toContain("second signal: exiting without waiting for jobs");
+      expect(msgs).not.toContain(
+        "could not record job outcome; the lease will expire and the job will rerun",
+      );
+      expect(msgs).toContain("embedded PostgreSQL stopped");
+
+      const second = spawnConveyor(["start", "--config", config], { cwd: dir });
+      try {
+        await waitReady(second, base, 120_000);
+        const res = await fetch(`${base}/v1/jobs/${id}`);
+        const { job } = (await res.json()) as { job: { state: string; attempts: number } };
+        // Completed by the first daemon's drain: one attempt, not a rerun.
+        expect(job).toMatchObject({ state: "completed", attempts: 1 });
+      } finally {
+        second.proc.kill("SIGTERM");
+      }
+      expect(await second.exited).toBe(0);
+    },
+    T,
+  );
+
+  test(
+    "a daemon killed with SIGKILL leaves its cluster running; the next start stops that orphan and starts its own",
+    async () => {
+      const port = await freePort();
+      const { dir, config } = await workspace(`[api]\nlisten = "127.0.0.1:${port}"\n`, PLUGINS);
+      const base = `http://127.0.0.1:${port}`;
+      const first = spawnConveyor(["start", "--config", config], { cwd: dir });
+      let orphan: number;
+      try {
+        await waitReady(first, base, 120_000);
+        orphan = Number(first.logs.find((r) => r.msg === "using embedded PostgreSQL")?.pid);
+        expect(orphan).toBeGreaterThan(0);
+      } finally {
+        first.proc.kill("SIGKILL");
+      }
+      await first.exited;
+      expect(alive(orphan)).toBe(true);
+
+      const second = spawnConveyor(["start", "--config", config], { cwd: dir });
+      try {
+        await waitReady(second, base, 120_000);
+        const warned = second.logs.find(
+          (r) =>
+            r.msg ===
+            "embedded PostgreSQL left running by a process that is gone: stopping it to start our own",
+        );
+        expect(warned).toMatchObject({ level: "warn", pid: orphan });
+        expect(alive(orphan)).toBe(false);
+        expect((await postJob(base, "greet/hello", { name: "x" })).status).toBe(201);
       } finally {
         second.proc.kill("SIGTERM");
       }

@@ -73,23 +73,90 @@ export function assertReachableByPostgres(dataDir: string): void {
   }
 }
 
-/** The port and password of a cluster a live postmaster already serves from `dataDir`. */
+/**
+ * A placeholder setting on the postmaster's command line naming the process
+ * that started it, which stays its parent for as long as it lives. Read back
+ * from /proc/<pid>/cmdline: set at the spawn itself, so no window exists in
+ * which a cluster runs with an owner not yet recorded.
+ */
+const OWNER_SETTING = "conveyor.owner_pid";
+
+/** The owner pid on a postmaster's command line, if it has one. */
+function ownerOf(pid: number): number | undefined {
+  try {
+    const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    const arg = args.find((a) => a.startsWith(`${OWNER_SETTING}=`));
+    return arg === undefined ? undefined : Number(arg.slice(OWNER_SETTING.length + 1));
+  } catch {
+    return undefined;
+  }
+}
+
+/** A process's parent pid, from /proc; undefined when it has gone (or no /proc). */
+function parentOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Field 4 is the parent pid; the command name (field 2) may contain spaces.
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it exists, under a user we may not signal.
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/**
+ * The port and password of a cluster a live postmaster already serves from
+ * `dataDir`. `orphaned`: the process that started it is gone (killed with
+ * SIGKILL, say), so nobody will stop it; a postmaster outlives its parent.
+ */
 export function runningCluster(
   dataDir: string,
-): { pid: number; port: number; password: string } | undefined {
+): { pid: number; port: number; password: string; orphaned: boolean } | undefined {
   const pidFile = path.join(dataDir, "postmaster.pid");
   if (!existsSync(pidFile)) return undefined;
   const lines = readFileSync(pidFile, "utf8").split("\n");
   const pid = Number(lines[0]);
   const port = Number(lines[3]);
   if (!Number.isInteger(pid) || !Number.isInteger(port) || pid <= 0) return undefined;
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return undefined; // stale file from a crash; the server cleans it up on start
-  }
+  if (!alive(pid)) return undefined; // stale file from a crash; the server cleans it up on start
   const password = readFileSync(path.join(dataDir, "conveyor.password"), "utf8").trim();
-  return { pid, port, password };
+  const owner = ownerOf(pid);
+  const parent = parentOf(pid);
+  // Without an owner on its command line (a cluster started by an earlier
+  // version) or without /proc, assume its owner lives, as before.
+  const orphaned = owner !== undefined && parent !== undefined && parent !== owner;
+  return { pid, port, password, orphaned };
+}
+
+/**
+ * Stops a postmaster nobody owns: fast shutdown (running transactions roll
+ * back, which no job's outcome can depend on: its owner is gone), then an
+ * immediate one if it does not go within 30 s.
+ */
+async function stopOrphan(pid: number): Promise<void> {
+  for (const [signal, ms] of [
+    ["SIGINT", 30_000],
+    ["SIGQUIT", 10_000],
+  ] as const) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      return; // gone already
+    }
+    const deadline = Date.now() + ms;
+    while (alive(pid) && Date.now() < deadline) await Bun.sleep(50);
+    if (!alive(pid)) return;
+  }
+  throw new ConveyorError(`the orphaned embedded PostgreSQL (pid ${pid}) did not stop`);
 }
 
 function pool(url: string, max: number): Pool {
@@ -133,7 +200,15 @@ export async function openDatabase(
     return { sql, display: redact(url), cluster: undefined, close: () => sql.end({ timeout: 5 }) };
   }
   const { dataDir, port } = config.embedded;
-  const live = runningCluster(dataDir);
+  let live = runningCluster(dataDir);
+  if (live?.orphaned && mode === "own") {
+    logger.warn(
+      "embedded PostgreSQL left running by a process that is gone: stopping it to start our own",
+      { pid: live.pid, dataDir },
+    );
+    await stopOrphan(live.pid);
+    live = undefined;
+  }
   if (live) {
     if (mode === "own") {
       throw new ConveyorError(
@@ -163,6 +238,9 @@ export async function openDatabase(
     cluster = await startEmbeddedPostgres({
       dataDir,
       port,
+      ownSession: true,
+      // Whoever finds the cluster running can tell whether we still own it.
+      settings: { [OWNER_SETTING]: process.pid },
       onLog: (line) => logger.debug(line, { component: "postgres" }),
     });
   } catch (cause) {
