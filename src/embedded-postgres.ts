@@ -44,6 +44,8 @@ export interface EmbeddedCluster {
   readonly pid: number | undefined;
   /** Starts the postmaster (again) on the same data folder and port. */
   start(): Promise<void>;
+  /** Settles when the postmaster started last exits, for whatever reason. */
+  exited(): Promise<void>;
   /** smart/fast/immediate shutdown (SIGTERM/SIGINT/SIGQUIT), or SIGKILL of the postmaster. */
   stop(mode?: "smart" | "fast" | "immediate" | "kill"): Promise<void>;
 }
@@ -286,6 +288,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
       return child?.pid;
     },
     start,
+    exited: () => exited,
     stop,
   };
 }

@@ -9,6 +9,7 @@ import {
 } from "../src/api/schemas.ts";
 import { fetchJobs } from "../src/db/fetch.ts";
 import { completeJobs } from "../src/db/outcome.ts";
+import { freePort } from "../src/embedded-postgres.ts";
 import type { LogFields } from "../src/logger.ts";
 import { silentLogger } from "../src/logger.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
@@ -656,17 +657,55 @@ describe("errors, probes and the document", () => {
       ...silentLogger,
       error: (msg: string, fields?: LogFields) => logged.push({ msg, fields }),
     };
-    const broken = db.connect();
-    await broken.end();
-    const on = createApi({ sql: broken, logger, auth: { tokens: [] }, version: "t" });
-    const r = await call("GET", "/v1/queues", { on });
-    expect(r.status).toBe(500);
-    expect(r.body).toEqual({ error: { code: "internal", message: "internal error" } });
-    expect(logged).toHaveLength(1);
-    expect(logged[0]?.fields?.error).toBeInstanceOf(Error);
-    const ready = await call("GET", "/readyz", { on });
-    expect(ready.status).toBe(503);
-    expect(ready.body.error.code).toBe("not_ready");
+    // Reachable, but where the tables are not: "relation does not exist".
+    const broken = db.connect({ max: 1, connection: { search_path: "no_such_schema" } });
+    try {
+      const on = createApi({ sql: broken, logger, auth: { tokens: [] }, version: "t" });
+      const r = await call("GET", "/v1/queues", { on });
+      expect(r.status).toBe(500);
+      expect(r.body).toEqual({ error: { code: "internal", message: "internal error" } });
+      expect(logged).toHaveLength(1);
+      expect(logged[0]?.fields?.error).toBeInstanceOf(Error);
+    } finally {
+      await broken.end();
+    }
+  });
+
+  test("an unreachable database is a 503 with Retry-After, not a 500; nothing is lost once it is back", async () => {
+    const warned: { msg: string; fields?: LogFields }[] = [];
+    const errors: string[] = [];
+    const logger = {
+      ...silentLogger,
+      warn: (msg: string, fields?: LogFields) => warned.push({ msg, fields }),
+      error: (msg: string) => errors.push(msg),
+    };
+    // A real refused connection: a port nothing listens on.
+    const down = db.connect({ max: 1, port: await freePort(), connect_timeout: 2 });
+    try {
+      const on = createApi({ sql: down, logger, auth: { tokens: [] }, version: "t" });
+      const body = { queue: "unreachable", kind: "k", payload: { n: 1 } };
+      const headers = { "Idempotency-Key": "retry-me" };
+      for (const [method, path, b] of [
+        ["POST", "/v1/jobs", body],
+        ["GET", "/v1/jobs/1", undefined],
+        ["GET", "/v1/queues", undefined],
+      ] as const) {
+        const r = await call(method, path, { on, body: b, headers });
+        expect(r.status).toBe(503);
+        expect(r.headers.get("retry-after")).toBe("1");
+        expect(r.body.error.code).toBe("database_unavailable");
+      }
+      expect(warned.map((w) => w.msg)).toEqual(Array(3).fill("api: database unavailable"));
+      expect(errors).toEqual([]);
+      expect((await call("GET", "/readyz", { on })).status).toBe(503);
+      // The client's retry, once the database answers, enqueues it once.
+      const first = await call("POST", "/v1/jobs", { body, headers });
+      const again = await call("POST", "/v1/jobs", { body, headers });
+      expect([first.status, again.status]).toEqual([201, 200]);
+      expect(again.body.job.id).toBe(first.body.job.id);
+    } finally {
+      await down.end({ timeout: 1 });
+    }
   });
 
   test("healthz, readyz (with isReady) and openapi.json", async () => {

@@ -60,6 +60,16 @@ export default {
 `,
 };
 
+/** A config with no database URL (the embedded default) and the API on a free port. */
+async function embeddedWorkspace(plugins: Record<string, string>) {
+  const port = await freePort();
+  const ws = await workspace(
+    `[api]\nlisten = "127.0.0.1:${port}"\n[worker]\npoll_interval_ms = 200\n`,
+    plugins,
+  );
+  return { ...ws, base: `http://127.0.0.1:${port}` };
+}
+
 /** POST /v1/jobs to queue "default" of a daemon with no API tokens. */
 function postJob(base: string, kind: string, payload: unknown): Promise<Response> {
   return fetch(`${base}/v1/jobs`, {
@@ -159,12 +169,7 @@ describe("the embedded default", () => {
   test(
     "no database URL: creates a cluster next to the config, reuses it on the next start",
     async () => {
-      const port = await freePort();
-      const { dir, config } = await workspace(
-        `[api]\nlisten = "127.0.0.1:${port}"\n[worker]\npoll_interval_ms = 200\n`,
-        PLUGINS,
-      );
-      const base = `http://127.0.0.1:${port}`;
+      const { dir, config, base } = await embeddedWorkspace(PLUGINS);
       const first = spawnConveyor(["start", "--config", config], { cwd: dir });
       let id: string;
       try {
@@ -212,12 +217,7 @@ describe("the embedded default", () => {
   test(
     "Ctrl-C (SIGINT to the whole group, then again as npm forwards it) drains the running job before the cluster stops",
     async () => {
-      const port = await freePort();
-      const { dir, config } = await workspace(
-        `[api]\nlisten = "127.0.0.1:${port}"\n[worker]\npoll_interval_ms = 200\n`,
-        { ...PLUGINS, ...SLOW_PLUGIN },
-      );
-      const base = `http://127.0.0.1:${port}`;
+      const { dir, config, base } = await embeddedWorkspace({ ...PLUGINS, ...SLOW_PLUGIN });
       // setsid: a process group of its own, as a terminal's foreground job;
       // it execs in place, so the daemon's pid is the group's id.
       const first = spawnConveyor(["start", "--config", config], {
@@ -265,9 +265,7 @@ describe("the embedded default", () => {
   test(
     "a daemon killed with SIGKILL leaves its cluster running; the next start stops that orphan and starts its own",
     async () => {
-      const port = await freePort();
-      const { dir, config } = await workspace(`[api]\nlisten = "127.0.0.1:${port}"\n`, PLUGINS);
-      const base = `http://127.0.0.1:${port}`;
+      const { dir, config, base } = await embeddedWorkspace(PLUGINS);
       const first = spawnConveyor(["start", "--config", config], { cwd: dir });
       let orphan: number;
       try {
@@ -295,6 +293,46 @@ describe("the embedded default", () => {
         second.proc.kill("SIGTERM");
       }
       expect(await second.exited).toBe(0);
+    },
+    T,
+  );
+
+  test(
+    "the embedded server killed under a running daemon is restarted; the API answers 503 meanwhile, then works",
+    async () => {
+      const { dir, config, base } = await embeddedWorkspace(PLUGINS);
+      const daemon = spawnConveyor(["start", "--config", config], { cwd: dir });
+      try {
+        await waitReady(daemon, base, 120_000);
+        const pg = Number(daemon.logs.find((r) => r.msg === "using embedded PostgreSQL")?.pid);
+        process.kill(pg, "SIGKILL");
+        await daemon.waitForLog(
+          (r) => r.msg === "embedded PostgreSQL exited unexpectedly; restarting it",
+        );
+        const during = await postJob(base, "greet/hello", { name: "during" });
+        // Either the server was still down (503) or already back (201).
+        expect([201, 503]).toContain(during.status);
+        const restarted = await daemon.waitForLog((r) => r.msg === "embedded PostgreSQL restarted");
+        expect(restarted.pid).not.toBe(pg);
+        let res = await postJob(base, "greet/hello", { name: "after" });
+        for (let i = 0; i < 100 && res.status === 503; i++) {
+          await Bun.sleep(100);
+          res = await postJob(base, "greet/hello", { name: "after" });
+        }
+        expect(res.status).toBe(201);
+        const { job } = (await res.json()) as { job: { id: string } };
+        let state = "";
+        for (let i = 0; i < 200 && state !== "completed"; i++) {
+          await Bun.sleep(50);
+          const r = await fetch(`${base}/v1/jobs/${job.id}`);
+          state = ((await r.json()) as { job: { state: string } }).job.state;
+        }
+        expect(state).toBe("completed");
+      } finally {
+        daemon.proc.kill("SIGTERM");
+      }
+      expect(await daemon.exited).toBe(0);
+      expect(daemon.logs.some((r) => r.msg === "embedded PostgreSQL stopped")).toBe(true);
     },
     T,
   );

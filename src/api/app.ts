@@ -6,7 +6,7 @@ import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { z } from "zod";
 import { ping } from "../db/admin.ts";
-import type { Pool } from "../db/db.ts";
+import { isConnectionError, type Pool } from "../db/db.ts";
 import { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueOptions } from "../enqueue.ts";
 import type { Logger } from "../logger.ts";
 import { parseOrThrow } from "../validate.ts";
@@ -19,6 +19,8 @@ import { registerQueueRoutes } from "./queues.ts";
 /** Room for the rest of an enqueue request around a payload of the maximum size. */
 export const BODY_OVERHEAD_BYTES = 64 * 1024;
 export const READY_TIMEOUT_MS = 2_000;
+/** Retry-After of a 503 answered while the database is unreachable. */
+export const DATABASE_RETRY_AFTER_S = 1;
 
 export interface ApiOptions {
   sql: Pool;
@@ -146,6 +148,26 @@ export function createApi(options: ApiOptions): Hono {
       return errorResponse(
         c,
         new HttpError(err.status as ContentfulStatusCode, "http_error", err.message),
+      );
+    }
+    if (isConnectionError(err)) {
+      // Not the client's fault and not ours: the database is restarting or
+      // unreachable. A retry soon may succeed; an enqueue retried with the
+      // same Idempotency-Key is harmless even if this one did commit.
+      logger.warn("api: database unavailable", {
+        error: err,
+        method: c.req.method,
+        path: c.req.path,
+      });
+      return errorResponse(
+        c,
+        new HttpError(
+          503,
+          "database_unavailable",
+          "the database is not reachable; retry later (with an Idempotency-Key, a retried enqueue is never applied twice)",
+          undefined,
+          { "Retry-After": String(DATABASE_RETRY_AFTER_S) },
+        ),
       );
     }
     logger.error("api: unexpected error", {

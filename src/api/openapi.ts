@@ -27,6 +27,9 @@ const ERRORS = {
   "413": error("Body larger than the configured limit."),
   "415": error("Body is not application/json."),
   "500": error("Unexpected server error (details are logged, not returned)."),
+  "503": error(
+    "The database is unreachable (restarting, say); retry after `Retry-After` seconds. An enqueue retried with its Idempotency-Key is never applied twice.",
+  ),
 };
 const pick = (...codes: (keyof typeof ERRORS)[]) =>
   Object.fromEntries(codes.map((c) => [c, ERRORS[c]]));
@@ -92,7 +95,7 @@ export function buildOpenApi(version: string): Record<string, unknown> {
                 "A job with this idempotency key exists; it is returned and nothing was inserted.",
               content: json("EnqueueResponse"),
             },
-            ...pick("400", "401", "403", "413", "415", "500"),
+            ...pick("400", "401", "403", "413", "415", "500", "503"),
           },
         },
         get: {
@@ -101,7 +104,7 @@ export function buildOpenApi(version: string): Record<string, unknown> {
           parameters: query,
           responses: {
             "200": { description: "One page.", content: json("JobList") },
-            ...pick("400", "401", "403", "500"),
+            ...pick("400", "401", "403", "500", "503"),
           },
         },
       },
@@ -119,7 +122,7 @@ export function buildOpenApi(version: string): Record<string, unknown> {
               description: "Every job was a duplicate.",
               content: json("EnqueueBatchResponse"),
             },
-            ...pick("400", "401", "403", "413", "415", "500"),
+            ...pick("400", "401", "403", "413", "415", "500", "503"),
           },
         },
       },
@@ -131,7 +134,7 @@ export function buildOpenApi(version: string): Record<string, unknown> {
           responses: {
             "200": { description: "The job.", content: json("JobResponse") },
             "404": error("No such job."),
-            ...pick("400", "401", "403", "500"),
+            ...pick("400", "401", "403", "500", "503"),
           },
         },
       },
@@ -147,7 +150,7 @@ export function buildOpenApi(version: string): Record<string, unknown> {
             "409": error(
               "The job is running (`job_running`) or already finished (`job_finished`).",
             ),
-            ...pick("400", "401", "403", "413", "415", "500"),
+            ...pick("400", "401", "403", "413", "415", "500", "503"),
           },
         },
       },
@@ -161,7 +164,7 @@ export function buildOpenApi(version: string): Record<string, unknown> {
             "200": { description: "Available again.", content: json("JobResponse") },
             "404": error("No such job."),
             "409": error("The job is running (`job_running`) or pending (`job_pending`)."),
-            ...pick("400", "401", "403", "413", "415", "500"),
+            ...pick("400", "401", "403", "413", "415", "500", "503"),
           },
         },
       },
@@ -171,7 +174,7 @@ export function buildOpenApi(version: string): Record<string, unknown> {
           security: admin,
           responses: {
             "200": { description: "Queues by name.", content: json("QueueList") },
-            ...pick("401", "403", "500"),
+            ...pick("401", "403", "500", "503"),
           },
         },
       },
@@ -192,7 +195,7 @@ export function buildOpenApi(version: string): Record<string, unknown> {
                   description: "The queue's new state.",
                   content: json("QueueStateResponse"),
                 },
-                ...pick("400", "401", "403", "413", "415", "500"),
+                ...pick("400", "401", "403", "413", "415", "500", "503"),
               },
             },
           },

@@ -253,14 +253,60 @@ export async function openDatabase(
   const dbUrl = withDatabase(cluster.url, EMBEDDED_DATABASE);
   const sql = pool(dbUrl, poolSize);
   logger.info("using embedded PostgreSQL", { url: redact(dbUrl), dataDir, pid: cluster.pid });
+  const supervisor = superviseEmbedded(cluster, logger);
   return {
     sql,
     display: redact(dbUrl),
     cluster,
     async close() {
+      supervisor.stop();
       await sql.end({ timeout: 5 });
       await cluster.stop("fast");
       logger.info("embedded PostgreSQL stopped", { dataDir });
+    },
+  };
+}
+
+/** Waits before the nth try to start the server again: 0.5 s, 1 s, 2 s, ... at most 10 s. */
+export function embeddedRestartDelayMs(attempt: number): number {
+  return Math.min(500 * 2 ** (attempt - 1), 10_000);
+}
+
+/**
+ * Restarts the embedded server whenever it exits while we still need it
+ * (killed, out of memory, a crash of the postmaster itself): we are its only
+ * supervisor, and our loops, which survive a restart of any PostgreSQL,
+ * would otherwise retry against nothing until someone restarted the daemon.
+ * Same folder and port, so the pool's URL still holds. After a SIGKILL of
+ * the postmaster its backends may hold the shared memory for a moment; the
+ * server then refuses to start, and we try again.
+ */
+function superviseEmbedded(cluster: EmbeddedCluster, logger: Logger): { stop(): void } {
+  let stopped = false;
+  const run = async () => {
+    for (;;) {
+      await cluster.exited();
+      if (stopped) return;
+      logger.error("embedded PostgreSQL exited unexpectedly; restarting it", {
+        dataDir: cluster.dataDir,
+      });
+      for (let attempt = 1; ; attempt++) {
+        await Bun.sleep(embeddedRestartDelayMs(attempt));
+        if (stopped) return;
+        try {
+          await cluster.start();
+          logger.info("embedded PostgreSQL restarted", { pid: cluster.pid, attempt });
+          break;
+        } catch (error) {
+          logger.warn("could not restart embedded PostgreSQL; retrying", { error, attempt });
+        }
+      }
+    }
+  };
+  void run();
+  return {
+    stop() {
+      stopped = true;
     },
   };
 }

@@ -10,6 +10,7 @@ import type { DaemonConfig } from "../config/load.ts";
 import { type CronScheduler, createCronScheduler } from "../cron/scheduler.ts";
 import { setQueuesPaused } from "../db/admin.ts";
 import { selectUnservedJobs } from "../db/daemon.ts";
+import { isConnectionError } from "../db/db.ts";
 import { migrate } from "../db/migrate.ts";
 import { createEvents } from "../events.ts";
 import type { Logger } from "../logger.ts";
@@ -25,21 +26,6 @@ import { makePlan, type Plan } from "./plan.ts";
 
 export const ROLES = ["api", "worker", "cron", "reaper"] as const;
 export type Role = (typeof ROLES)[number];
-
-/** Errors that mean "the server is not reachable now", worth waiting out. */
-export function isConnectionError(error: unknown): boolean {
-  const e = error as { code?: string; errno?: string } | undefined;
-  const code = String(e?.code ?? e?.errno ?? "");
-  return (
-    /^(ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND|CONNECTION_|CONNECT_TIMEOUT)/.test(
-      code,
-    ) ||
-    code.startsWith("08") || // connection_exception
-    code === "57P01" || // admin_shutdown
-    code === "57P02" || // crash_shutdown
-    code === "57P03" // cannot_connect_now (starting up, in recovery)
-  );
-}
 
 export const STARTUP_WAIT_MS = 300_000;
 

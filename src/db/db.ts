@@ -115,3 +115,18 @@ export function fencedBatch<T extends Lease>(
                as r(id, version, owner, state${names})
               limit ${n}) t`;
 }
+
+/** Errors that mean "the server is not reachable now", worth waiting out. */
+export function isConnectionError(error: unknown): boolean {
+  const e = error as { code?: string; errno?: string } | undefined;
+  const code = String(e?.code ?? e?.errno ?? "");
+  return (
+    /^(ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND|CONNECTION_|CONNECT_TIMEOUT)/.test(
+      code,
+    ) ||
+    code.startsWith("08") || // connection_exception
+    code === "57P01" || // admin_shutdown
+    code === "57P02" || // crash_shutdown
+    code === "57P03" // cannot_connect_now (starting up, in recovery)
+  );
+}

@@ -1,6 +1,6 @@
 import { expect, test } from "bun:test";
 import postgres from "postgres";
-import { isConnectionError } from "./start.ts";
+import { isConnectionError } from "./db.ts";
 
 test("isConnectionError: waits out an unreachable server, not a wrong password", async () => {
   const closed = postgres("postgres://postgres@127.0.0.1:1/x", { max: 1, connect_timeout: 1 });
