@@ -4,7 +4,12 @@ import { enqueue, enqueueMany } from "../src/enqueue.ts";
 import { JobTimeoutError } from "../src/errors.ts";
 import { cancel, snooze } from "../src/handler.ts";
 import { type LogFields, type Logger, silentLogger } from "../src/logger.ts";
-import { createWorker, MAX_FETCH_BATCH, type WorkerOptions } from "../src/worker/worker.ts";
+import {
+  createWorker,
+  MAX_FETCH_BATCH,
+  OPEN_CONNECTIONS_DEADLINE_MS,
+  type WorkerOptions,
+} from "../src/worker/worker.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
@@ -46,6 +51,55 @@ async function until(pred: () => Promise<boolean>, ms = 10_000) {
 const stateOf = async (id: string) => (await job(id)).state as string;
 
 describe("worker", () => {
+  test("start() opens the connections the pipeline uses at once, before the first fetch; gives up on them after a deadline", async () => {
+    const q = freshQueue();
+    const app = `conveyor-open-${q}`;
+    const sql = db.connect({ max: 10, connection: { application_name: app } });
+    const backends = async () =>
+      Number(
+        (
+          await db.sql`select count(*)::int as n from pg_stat_activity where application_name = ${app}`
+        )[0]?.n,
+      );
+    const w = createWorker({
+      sql,
+      queues: { [q]: { concurrency: 10, leaseMs: 5_000 } },
+      handlers: { noop: () => undefined },
+      effectConcurrency: 3,
+      listen: false,
+      pollIntervalMs: 60_000,
+      logger: silentLogger,
+    });
+    expect(await backends()).toBe(0);
+    await w.start();
+    // One queue's fetch, one completion batch, three effect transactions.
+    expect(await backends()).toBe(5);
+    await w.stop();
+    await sql.end();
+
+    // A server that accepts connections and never answers: each connection
+    // would wait out its 30 s connect timeout; start() must not.
+    const silent = Bun.listen({
+      hostname: "127.0.0.1",
+      port: 0,
+      socket: { data() {} },
+    });
+    const down = db.connect({ max: 10, port: silent.port, connect_timeout: 30 });
+    const lost = createWorker({
+      sql: down,
+      queues: { [q]: { concurrency: 10, leaseMs: 5_000 } },
+      handlers: { noop: () => undefined },
+      listen: false,
+      logger: silentLogger,
+    });
+    const t = performance.now();
+    await lost.start();
+    expect(performance.now() - t).toBeLessThan(OPEN_CONNECTIONS_DEADLINE_MS + 1_000);
+    await lost.stop({ graceMs: 0 });
+    await down.end({ timeout: 1 });
+    silent.stop(true);
+  });
+
   test("runs every job exactly once when nothing fails, storing results", async () => {
     const q = freshQueue();
     const calls = new Map<string, number>();

@@ -160,6 +160,9 @@ export interface Worker {
   wake(queue?: string): void;
 }
 
+/** How long start() waits for its connections before it starts the loops anyway. */
+export const OPEN_CONNECTIONS_DEADLINE_MS = 2_000;
+
 export function defaultOwner(): string {
   return `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`;
 }
@@ -296,6 +299,26 @@ export function createWorker(options: WorkerOptions): Worker {
     );
   }
 
+  /**
+   * Opens, before the first fetch, the pool connections the pipeline keeps
+   * busy at once: each queue's fetch, a completion batch, the effect
+   * transactions. Opened lazily instead, the first completion batch found
+   * the only open connection busy with the second fetch and waited for a new
+   * connection, its backend's start and the statement's first parse, all
+   * inside the first batch (30-40 ms of a 250 ms run of 10,000 jobs).
+   * Best effort: a database that is not there yet fails the loops' own
+   * calls, which retry.
+   */
+  const openPipelineConnections = async () => {
+    const max = Number((sql as { options?: { max?: number } }).options?.max ?? 1);
+    const want = Math.min(max, producers.size + 1 + o.effectConcurrency);
+    await withDeadline(
+      Promise.all(Array.from({ length: want }, () => sql`select 1`)),
+      "opening connections",
+      OPEN_CONNECTIONS_DEADLINE_MS,
+    ).catch(() => {});
+  };
+
   return {
     owner,
     events,
@@ -310,6 +333,7 @@ export function createWorker(options: WorkerOptions): Worker {
           logger,
         );
       }
+      await openPipelineConnections();
       heartbeat.start();
       reaper?.start();
       for (const p of producers.values()) p.start();
