@@ -101,6 +101,19 @@ describe("worker", () => {
     silent.stop(true);
   });
 
+  test("stop() while start() opens its connections: nothing starts after", async () => {
+    const q = freshQueue();
+    let ran = 0;
+    const w = worker(q, { handlers: { k: () => void ran++ } });
+    const starting = w.start();
+    await w.stop({ graceMs: 0 });
+    await starting;
+    const { job: j } = await enqueue(db.sql, { queue: q, kind: "k", payload: {} });
+    await Bun.sleep(300); // six polls' worth
+    expect(ran).toBe(0);
+    expect(await stateOf(j.id)).toBe("available");
+  });
+
   test("runs every job exactly once when nothing fails, storing results", async () => {
     const q = freshQueue();
     const calls = new Map<string, number>();

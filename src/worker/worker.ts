@@ -338,6 +338,8 @@ export function createWorker(options: WorkerOptions): Worker {
         );
       }
       await openPipelineConnections();
+      // stop() while the connections opened: start nothing.
+      if (stopping) return;
       heartbeat.start();
       reaper?.start();
       for (const p of producers.values()) p.start();
