@@ -268,7 +268,7 @@ export async function openDatabase(
 }
 
 /** Waits before the nth try to start the server again: 0.5 s, 1 s, 2 s, ... at most 10 s. */
-export function embeddedRestartDelayMs(attempt: number): number {
+function embeddedRestartDelayMs(attempt: number): number {
   return Math.min(500 * 2 ** (attempt - 1), 10_000);
 }
 

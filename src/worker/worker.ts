@@ -3,6 +3,7 @@
 // drains them on stop.
 import { hostname } from "node:os";
 import { z } from "zod";
+import { ping } from "../db/admin.ts";
 import type { Pool } from "../db/db.ts";
 import { onHandOff } from "../db/handoff.ts";
 import { releaseJobs } from "../db/lease.ts";
@@ -317,7 +318,7 @@ export function createWorker(options: WorkerOptions): Worker {
     const max = Number((sql as { options?: { max?: number } }).options?.max ?? 1);
     const want = Math.min(max, producers.size + 2);
     await withDeadline(
-      Promise.all(Array.from({ length: want }, () => sql`select 1`)),
+      Promise.all(Array.from({ length: want }, () => ping(sql))),
       "opening connections",
       OPEN_CONNECTIONS_DEADLINE_MS,
     ).catch(() => {});
