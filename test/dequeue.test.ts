@@ -96,6 +96,70 @@ describe("dequeue", () => {
     );
   });
 
+  test("property: a batch comes back whole, whatever its jobs hold", async () => {
+    // The fetch returns a batch as one row of arrays (src/db/fetch.ts), and
+    // any job with a large payload or errors in a row of its own; kinds, as
+    // a hand-written insert may have them, come back by their index in the
+    // worker's list.
+    const kinds = ["k", "two words", "line\nbreak", "ключ"];
+    const text = fc.option(fc.string({ maxLength: 40 }), { nil: null });
+    const payload = fc
+      .oneof(fc.jsonValue({ maxDepth: 3 }), fc.string({ minLength: 2_500, maxLength: 6_000 }))
+      .filter((v) => !JSON.stringify(v).includes("\\u0000"));
+    const error = fc.record({
+      attempt: fc.integer({ min: 1, max: 9 }),
+      at: fc.constant("2026-01-01T00:00:00.000Z"),
+      name: fc.string({ maxLength: 10 }),
+      message: fc.string({ maxLength: 3_000 }),
+    });
+    const job = fc.record({
+      kind: fc.constantFrom(...kinds),
+      payload,
+      idempotencyKey: text,
+      traceparent: text,
+      tracestate: text,
+      errors: fc.array(error, { maxLength: 3 }),
+    });
+    await fc.assert(
+      fc.asyncProperty(fc.array(job, { minLength: 1, maxLength: 12 }), async (jobs) => {
+        await db.sql`truncate conveyor_jobs`;
+        for (const [i, j] of jobs.entries()) {
+          // Keys are unique per queue.
+          const key = j.idempotencyKey === null ? null : `${i}:${j.idempotencyKey}`;
+          await db.sql`
+            insert into conveyor_jobs (queue, kind, payload, idempotency_key, traceparent, tracestate, errors)
+            values ('t', ${j.kind}, ${JSON.stringify(j.payload)}::jsonb, ${key},
+                    ${j.traceparent}, ${j.tracestate}, ${JSON.stringify(j.errors)}::jsonb)`;
+        }
+        const leased = await fetch("t", "w", 100, kinds);
+        const stored = (await db.sql`select * from conveyor_jobs`) as unknown as JobRow[];
+        expect(leased).toHaveLength(jobs.length);
+        const seen = new Map(leased.map((r) => [r.id, jobFromLeasedRow(r, "w", 30_000)]));
+        expect(seen.size).toBe(jobs.length);
+        for (const row of stored) expect(seen.get(String(row.id))).toEqual(jobFromRow(row));
+      }),
+      { numRuns: 30 },
+    );
+  }, 30_000);
+
+  test("a payload of a megabyte, stored compressed, comes back whole beside small ones", async () => {
+    const big = "a".repeat(1_000_000);
+    await enqueueMany(db.sql, [
+      { queue: "big", kind: "k", payload: { i: 0 } },
+      { queue: "big", kind: "k", payload: { big } },
+      { queue: "big", kind: "k", payload: { i: 2 } },
+    ]);
+    const [size] = await db.sql`
+      select max(pg_column_size(payload))::int as n from conveyor_jobs where queue = 'big'`;
+    expect(size?.n).toBeLessThan(100_000); // stored compressed
+    const leased = await fetch("big", "w", 10);
+    expect(
+      leased
+        .map((r) => r.payload)
+        .sort((a, b) => JSON.stringify(a).length - JSON.stringify(b).length),
+    ).toEqual([{ i: 0 }, { i: 2 }, { big }]);
+  });
+
   test("a paused queue yields nothing until resumed", async () => {
     await enqueue(db.sql, { queue: "p", kind: "k" });
     await db.sql`insert into conveyor_queues (name, paused) values ('p', true)`;
