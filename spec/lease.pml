@@ -315,7 +315,7 @@ unsigned nfault : 2;
     CHECK(k)
 #define IDLE(s) (!HOLDING(s) && sl[s].intx == 0)
 
-/* src/db/outcome.ts completeJobs (plain: the batching completer of
+/* src/db/outcome.ts completeJobsIdempotent (plain: the batching completer of
  * src/worker/completer.ts); also handler cancel (cancelLeasedJobs), which
  * has the same shape with 'cancelled'. */
 #define PLAIN_COMPLETE(j,s) \
@@ -421,8 +421,9 @@ end:
     :: d_step { sl[s].intx != 0 && FAULT_OK -> ABORT(s); FAULT_TAKE;
                 printf("MSC: slot %d: connection lost, transaction on job %d rolled back\n", s, H) }
 
-    /* ---- Complete without effect: src/worker/completer.ts -> completeJobs
-     *      (and cancel: cancelLeasedJobs) -------------------------------- */
+    /* ---- Complete without effect: src/worker/completer.ts ->
+     *      completeJobsIdempotent, whose 0 rows are told apart by the read
+     *      of ASSERT_OUTCOME (and cancel: cancelLeasedJobs) -------------- */
     :: d_step { HOLDING(s) && !HAS_EFFECT(H) && job[H].lock == 0 ->
            if
            :: COMPLETE_FENCE(H,s) -> PLAIN_COMPLETE(H,s); DROP(s)

@@ -6,6 +6,7 @@ import { extendLeases, releaseJobs } from "../src/db/lease.ts";
 import {
   cancelLeasedJobs,
   completeJobs,
+  completeJobsIdempotent,
   errorRecorded,
   failJobs,
   selectCompletedBy,
@@ -71,6 +72,7 @@ describe("a zombie's writes change nothing after its lease was reissued", () => 
     const before = await snapshot(id);
     expect((await extendLeases(db.sql, "A", [zombie], 60_000)).size).toBe(0);
     expect((await completeJobs(db.sql, "A", [{ ...zombie, result: "zombie" }])).size).toBe(0);
+    expect((await completeJobsIdempotent(db.sql, "A", [{ ...zombie, result: "z" }])).size).toBe(0);
     expect((await failJobs(db.sql, "A", [{ ...zombie, error: err, retryDelayMs: 0 }])).size).toBe(
       0,
     );
@@ -110,6 +112,36 @@ describe("a zombie's writes change nothing after its lease was reissued", () => 
     expect([...(await selectCompletedBy(db.sql, "B", [current]))]).toEqual([id]);
     expect((await selectCompletedBy(db.sql, "A", [zombie])).size).toBe(0);
     expect((await selectCompletedBy(db.sql, "A", [current])).size).toBe(0);
+  });
+
+  test("the completer's write counts its own earlier commit as done, and nothing else", async () => {
+    const a = await reissued("idem");
+    // Every row passes the guard: the batch is the answer.
+    expect([...(await completeJobsIdempotent(db.sql, "B", [a.current]))]).toEqual([a.id]);
+    const b = await reissued("idem2");
+    const { job } = await enqueue(db.sql, { queue: "idem3", kind: "k" });
+    const [c] = await fetchJobs(db.sql, {
+      queue: "idem3",
+      owner: "B",
+      limit: 1,
+      leaseMs: 30_000,
+      kinds: ["k"],
+    });
+    expect(c?.lease_version).toBe("1");
+    const fresh = { id: job.id, version: 1 };
+    // A retry after an unknown outcome, beside a stale lease and a live one:
+    // the earlier commit counts, the zombie's lease does not.
+    const done = await completeJobsIdempotent(db.sql, "B", [
+      { ...a.current, result: "again" },
+      { ...b.current, version: 1 },
+      { ...fresh, result: 3 },
+    ]);
+    expect([...done].sort()).toEqual([a.id, job.id].sort());
+    expect(await snapshot(a.id)).toMatchObject({ state: "completed", result: null });
+    expect(await snapshot(b.id)).toMatchObject({ state: "running", lease_owner: "B" });
+    expect(await snapshot(job.id)).toMatchObject({ state: "completed", result: 3 });
+    // Another owner's completion of the same version is not ours.
+    expect((await completeJobsIdempotent(db.sql, "A", [a.current])).size).toBe(0);
   });
 
   test("after an unknown outcome, our own committed fail or cancel is recognised by its error", async () => {

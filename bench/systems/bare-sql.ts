@@ -17,7 +17,7 @@ import { randomUUID } from "node:crypto";
 import postgres from "postgres";
 import { fetchJobs } from "../../src/db/fetch.ts";
 import { migrate } from "../../src/db/migrate.ts";
-import { completeJobs } from "../../src/db/outcome.ts";
+import { completeJobsIdempotent } from "../../src/db/outcome.ts";
 import { type Adapter, counter, main, type Payload } from "../lib/driver.ts";
 import type { Task } from "../lib/protocol.ts";
 
@@ -130,7 +130,7 @@ function conveyorTable(sql: postgres.Sql, owner: string): Statements {
       }));
     },
     async complete(db, jobs) {
-      const done = await completeJobs(
+      const done = await completeJobsIdempotent(
         db,
         owner,
         jobs.map((j) => ({ id: j.id, version: Number(j.version) })),

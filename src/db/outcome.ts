@@ -29,6 +29,45 @@ export async function completeJobs(
   return new Set(rows.map((r) => String(r.id)));
 }
 
+/**
+ * The completer's write: completeJobs's statement without its rows. Returns
+ * the ids of these leases whose job is completed under that very lease once
+ * the write is done, by it or by an earlier write of this owner: a retry
+ * after an unknown outcome, or a ctx.transaction() that committed the job
+ * before its reply was lost. Safe for plain completions only, whose write
+ * is the state and the result: counting an earlier commit as done lets
+ * nothing commit twice. Never for the first statement of an effect's
+ * transaction (completeJobs), where it would let the effect run again.
+ *
+ * The statement returns its count: when the guard passed every row, as it
+ * nearly always does, the batch is the answer. Else selectCompletedBy tells
+ * which; a job this statement completed reads so unless someone changed it
+ * in the instant between (an operator's retry, say), when it is reported a
+ * lost lease, its state right either way.
+ *
+ * `returning j.id` sent back a row per job: in a fetch-and-complete loop of
+ * 100,000 jobs on PostgreSQL 18 (2 loops, batches of 1,000, 4 alternating
+ * rounds, 2 cores, fsync on) dropping it took the server's CPU per job from
+ * 25.0-29.6 to 23.2-25.7 µs and the loop's from 3.6-4.0 to 3.2-3.6 µs.
+ * Returning only the rejected ids, by an anti-join of the batch against the
+ * updated rows in a CTE, cost the server more than the rows did.
+ */
+export async function completeJobsIdempotent(
+  db: Db,
+  owner: string,
+  items: Completion[],
+): Promise<Set<string>> {
+  if (items.length === 0) return new Set();
+  const { count } = await db`
+    update conveyor_jobs j
+       set state = 'completed', result = t.result, finalized_at = now(), lease_expires_at = null
+      from ${fencedBatch(db, owner, items, [{ name: "result", type: "jsonb", value: (i) => i.result }])}
+     where j.id = t.id and j.lease_version = t.version
+       and j.lease_owner = t.owner and j.state = t.state`;
+  if (count === items.length) return new Set(items.map((i) => i.id));
+  return selectCompletedBy(db, owner, items);
+}
+
 export interface Failure extends Lease {
   error: AttemptError;
   /** Delay before the retry, computed by the caller's backoff policy. */

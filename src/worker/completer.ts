@@ -13,7 +13,7 @@
 
 import type { Pool } from "../db/db.ts";
 import type { Completion } from "../db/outcome.ts";
-import { completeJobs, selectCompletedBy } from "../db/outcome.ts";
+import { completeJobsIdempotent } from "../db/outcome.ts";
 import type { Logger } from "../logger.ts";
 import { nextTurn, OUTCOME_RETRY_DELAYS_MS, withDeadline } from "./loop.ts";
 
@@ -67,9 +67,9 @@ export function createCompleter(
       try {
         // Safe to retry after an unknown outcome: if the first try committed,
         // the guard (state = 'running') now rejects the row, and
-        // selectCompletedBy recognises our own commit.
+        // completeJobsIdempotent recognises our own commit.
         const done = await withDeadline(
-          completeJobs(
+          completeJobsIdempotent(
             sql,
             owner,
             batch.map((w) => w.item),
@@ -77,15 +77,6 @@ export function createCompleter(
           "completion batch",
           deadlineMs,
         );
-        if (attempt > 0 && done.size < batch.length) {
-          // An earlier try may have committed before its reply was lost.
-          const missing = batch.filter((w) => !done.has(w.item.id)).map((w) => w.item);
-          const ours = await withDeadline(
-            selectCompletedBy(sql, owner, missing),
-            "completion check",
-          );
-          for (const id of ours) done.add(id);
-        }
         for (const w of batch) w.resolve(done.has(w.item.id));
         return;
       } catch (error) {
