@@ -52,12 +52,15 @@ function byId<T extends Lease>(items: T[]): T[] {
   );
 }
 
-function columnValues<T>(c: BatchColumn<T>, items: T[]): (string | null)[] {
-  return items.map((item) => {
+function columnValues<T>(c: BatchColumn<T>, items: T[]): (string | null)[] | undefined {
+  let any = false;
+  const values = items.map((item) => {
     const v = c.value(item);
     if (v === undefined || v === null) return null;
+    any = true;
     return c.type === "jsonb" ? JSON.stringify(v) : String(v);
   });
+  return any ? values : undefined;
 }
 
 /**
@@ -71,6 +74,16 @@ function columnValues<T>(c: BatchColumn<T>, items: T[]): (string | null)[] {
  * loop of 100,000 jobs (2 loops, batches of 1,000, 4 interleaved rounds on
  * 2 cores, fsync on) the cluster's CPU per job went from 27.1-29.4 to
  * 24.2-25.6 µs and the loop's own from 5.9-7.5 to 5.2-6.0 µs.
+ *
+ * Ids and versions go as array literals made by one join: they are digits,
+ * which need no quoting, where postgres.js's array parameter quotes and
+ * escapes every element with two regular expressions, and the server casts
+ * the literal to bigint[] at once instead of through text[]. A column with
+ * no value in the batch (the result of most completions) is nulls the
+ * server makes itself. In a fetch-and-complete loop of 100,000 jobs on
+ * PostgreSQL 18 (2 loops, batches of 1,000, 4 alternating rounds, 2 cores,
+ * fsync on) the loop's CPU per job went from 3.2-4.0 to 2.8-3.1 µs and the
+ * server's from 24.4-29.4 to 22.1-25.7 µs.
  *
  * Wrapped in LIMIT with the batch's size so that the planner knows how many
  * rows it joins: a set-returning function over a parameter is estimated at a
@@ -100,16 +113,20 @@ export function fencedBatch<T extends Lease>(
   for (const c of columns) {
     const values = columnValues(c, sorted);
     const typed =
-      c.type === "jsonb"
-        ? db`${values}::text[]::jsonb[]`
-        : c.type === "float8"
-          ? db`${values}::text[]::float8[]`
-          : db`${values}::text[]::boolean[]`;
+      values === undefined
+        ? db`array_fill(null::${db.unsafe(c.type)}, array[${n}::int])`
+        : c.type === "jsonb"
+          ? db`${values}::text[]::jsonb[]`
+          : c.type === "float8"
+            ? db`${values}::text[]::float8[]`
+            : db`${values}::text[]::boolean[]`;
     arrays = db`${arrays}, ${typed}`;
     names = db`${names}, ${db(c.name)}`;
   }
-  return db`(select * from unnest(${sorted.map((i) => i.id)}::text[]::bigint[],
-                                  ${sorted.map((i) => String(i.version))}::text[]::bigint[],
+  // Anything but digits (a caller's bug) fails the cast on the server.
+  const ids = `{${sorted.map((i) => i.id).join(",")}}`;
+  const versions = `{${sorted.map((i) => i.version).join(",")}}`;
+  return db`(select * from unnest(${ids}::bigint[], ${versions}::bigint[],
                                   array_fill(${owner}::text, array[${n}::int]),
                                   array_fill('running'::conveyor_job_state, array[${n}::int])${arrays})
                as r(id, version, owner, state${names})
