@@ -125,28 +125,24 @@ interface LeasedGroup {
 }
 
 function unpackGroup(g: LeasedGroup, queue: string, kinds: string[], out: LeasedRow[]): void {
+  // Per job, packedNumbers' eight fields and the kind's index in `kinds`.
   const f = g.n.split(" ");
   for (let i = 0; i < g.payloads.length; i++) {
     const k = i * 9;
-    const id = f[k] as string;
-    const rare = g.rare?.[id];
-    out.push({
-      id,
-      queue,
-      kind: kinds[Number(f[k + 8]) - 1] as string,
-      payload: g.payloads[i] as JsonValue,
-      priority: Number(f[k + 2]),
-      attempts: Number(f[k + 3]),
-      max_attempts: Number(f[k + 4]),
-      lease_version: f[k + 1] as string,
-      idempotency_key: rare ? rare[0] : null,
-      traceparent: g.traceparents[i] ?? null,
-      tracestate: rare ? rare[1] : null,
-      run_at_ms: Number(f[k + 5]),
-      created_at_ms: Number(f[k + 6]),
-      lease_expires_at_ms: Number(f[k + 7]),
-      errors: rare ? rare[2] : null,
-    });
+    const rare = g.rare?.[f[k] as string];
+    out.push(
+      fromPacked(
+        f,
+        k,
+        queue,
+        kinds[Number(f[k + 8]) - 1] as string,
+        g.payloads[i] as JsonValue,
+        rare ? rare[0] : null,
+        g.traceparents[i] ?? null,
+        rare ? rare[1] : null,
+        rare ? rare[2] : null,
+      ),
+    );
   }
 }
 
@@ -177,22 +173,49 @@ export interface PackedRow {
 }
 
 export function unpack(r: PackedRow, queue: string): LeasedRow {
-  const f = r.n.split(" ");
-  return {
-    id: f[0] as string,
+  return fromPacked(
+    r.n.split(" "),
+    0,
     queue,
-    kind: r.kind,
-    payload: r.payload,
-    priority: Number(f[2]),
-    attempts: Number(f[3]),
-    max_attempts: Number(f[4]),
-    lease_version: f[1] as string,
-    idempotency_key: r.idempotency_key,
-    traceparent: r.traceparent,
-    tracestate: r.tracestate,
-    run_at_ms: Number(f[5]),
-    created_at_ms: Number(f[6]),
-    lease_expires_at_ms: Number(f[7]),
-    errors: r.errors,
+    r.kind,
+    r.payload,
+    r.idempotency_key,
+    r.traceparent,
+    r.tracestate,
+    r.errors,
+  );
+}
+
+/**
+ * A leased job from packedNumbers' eight fields, starting at f[k], and its
+ * other columns. Arguments, not an object: fetchJobs calls it per job.
+ */
+function fromPacked(
+  f: string[],
+  k: number,
+  queue: string,
+  kind: string,
+  payload: JsonValue,
+  idempotencyKey: string | null,
+  traceparent: string | null,
+  tracestate: string | null,
+  errors: AttemptError[] | null,
+): LeasedRow {
+  return {
+    id: f[k] as string,
+    queue,
+    kind,
+    payload,
+    priority: Number(f[k + 2]),
+    attempts: Number(f[k + 3]),
+    max_attempts: Number(f[k + 4]),
+    lease_version: f[k + 1] as string,
+    idempotency_key: idempotencyKey,
+    traceparent,
+    tracestate,
+    run_at_ms: Number(f[k + 5]),
+    created_at_ms: Number(f[k + 6]),
+    lease_expires_at_ms: Number(f[k + 7]),
+    errors,
   };
 }

@@ -19,14 +19,18 @@ export async function completeJobs(
   items: Completion[],
 ): Promise<Set<string>> {
   if (items.length === 0) return new Set();
-  const rows = await db`
+  const rows = await db`${completion(db, owner, items)} returning j.id`;
+  return new Set(rows.map((r) => String(r.id)));
+}
+
+/** The fenced completion both completeJobs and completeJobsIdempotent send. */
+function completion(db: Db, owner: string, items: Completion[]) {
+  return db`
     update conveyor_jobs j
        set state = 'completed', result = t.result, finalized_at = now(), lease_expires_at = null
       from ${fencedBatch(db, owner, items, [{ name: "result", type: "jsonb", value: (i) => i.result }])}
      where j.id = t.id and j.lease_version = t.version
-       and j.lease_owner = t.owner and j.state = t.state
-    returning j.id`;
-  return new Set(rows.map((r) => String(r.id)));
+       and j.lease_owner = t.owner and j.state = t.state`;
 }
 
 /**
@@ -58,12 +62,7 @@ export async function completeJobsIdempotent(
   items: Completion[],
 ): Promise<Set<string>> {
   if (items.length === 0) return new Set();
-  const { count } = await db`
-    update conveyor_jobs j
-       set state = 'completed', result = t.result, finalized_at = now(), lease_expires_at = null
-      from ${fencedBatch(db, owner, items, [{ name: "result", type: "jsonb", value: (i) => i.result }])}
-     where j.id = t.id and j.lease_version = t.version
-       and j.lease_owner = t.owner and j.state = t.state`;
+  const { count } = await completion(db, owner, items);
   if (count === items.length) return new Set(items.map((i) => i.id));
   return selectCompletedBy(db, owner, items);
 }
