@@ -174,7 +174,8 @@ export const queueListResponseSchema = z.object({
       }),
     })
     .describe(
-      "Finished jobs are counted among the `window` most recently finalized of each state; " +
+      "Finished jobs are counted among the `window` most recent of each state " +
+        "(cancelled and discarded by finalization time, completed by id); " +
         "where exact is false, that state's counts are lower bounds.",
     ),
 });
