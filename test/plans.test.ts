@@ -3,7 +3,6 @@
 // tables under some 20,000 rows, src/db/db.ts fencedBatch) read the whole
 // table for every completion and heartbeat.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { countRecentFinalJobsByQueue, listJobs } from "../src/db/admin.ts";
 import type { Db, Lease } from "../src/db/db.ts";
 import { fetchJobs } from "../src/db/fetch.ts";
 import { extendLeases, releaseJobs } from "../src/db/lease.ts";
@@ -16,7 +15,6 @@ import {
   setResultsLocked,
   snoozeJobs,
 } from "../src/db/outcome.ts";
-import { pruneFinishedJobs } from "../src/db/prune.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
 const OWNER = "plans-worker";
@@ -170,78 +168,6 @@ describe("the dequeue leases a batch by primary key", () => {
       expect(scans.changed).toBe(limit);
       expect(scans.seq).toBe(0);
       expect(scans.idx).toBeGreaterThanOrEqual(2);
-    });
-  }
-});
-
-// Completed jobs have no index of their own (migration 0004): the reads of
-// finished jobs go by the primary key, or, for cancelled and discarded ones,
-// by their partial index. None may read the whole table.
-describe("reads of finished jobs use an index", () => {
-  const finished = async (tx: Db) => {
-    const mark = (state: string, n: number) => tx`
-      update conveyor_jobs set state = ${state}::conveyor_job_state,
-             finalized_at = now() - interval '2 days', created_at = now() - interval '3 days'
-       where id in (select id from conveyor_jobs where state = 'available' order by id limit ${n})`;
-    // Every job older than the retention: the completed walk stops at the first
-    // job created after its cutoff.
-    await tx`update conveyor_jobs set created_at = now() - interval '3 days'`;
-    await mark("completed", 4_000);
-    await mark("discarded", 10);
-    await mark("cancelled", 5);
-    await tx`analyze conveyor_jobs`;
-  };
-  const reads: [string, (tx: Db) => Promise<{ size: number }>][] = [
-    [
-      "listJobs completed",
-      async (tx) => ({ size: (await listJobs(tx, { state: "completed", limit: 50 })).length }),
-    ],
-    [
-      "listJobs discarded",
-      async (tx) => ({ size: (await listJobs(tx, { state: "discarded", limit: 50 })).length }),
-    ],
-    [
-      "listJobs cancelled",
-      async (tx) => ({ size: (await listJobs(tx, { state: "cancelled", limit: 50 })).length }),
-    ],
-    [
-      "countRecentFinalJobsByQueue",
-      async (tx) => ({
-        size: (await countRecentFinalJobsByQueue(tx, 100)).reduce((n, r) => n + r.n, 0),
-      }),
-    ],
-    ...(["completed", "cancelled", "discarded"] as const).map(
-      (state) =>
-        [
-          `pruneFinishedJobs ${state}`,
-          async (tx: Db) => ({
-            // Steps of 100 rows: a step of the default 5,000 is the whole table here,
-            // which the planner rightly reads in order.
-            size: await pruneFinishedJobs(tx, {
-              state,
-              olderThanMs: 86_400_000,
-              limit: 100,
-              scanRows: 100,
-            }),
-          }),
-        ] as [string, (tx: Db) => Promise<{ size: number }>],
-    ),
-  ];
-  const expected: Record<string, number> = {
-    "listJobs completed": 50,
-    "listJobs discarded": 10,
-    "listJobs cancelled": 5,
-    countRecentFinalJobsByQueue: 115,
-    "pruneFinishedJobs completed": 100,
-    "pruneFinishedJobs cancelled": 5,
-    "pruneFinishedJobs discarded": 10,
-  };
-  for (const [name, read] of reads) {
-    test(name, async () => {
-      const scans = await scansBy(read, finished);
-      expect(scans.changed).toBe(expected[name] as number);
-      expect(scans.seq).toBe(0);
-      expect(scans.idx).toBeGreaterThanOrEqual(1);
     });
   }
 });

@@ -174,8 +174,7 @@ export const queueListResponseSchema = z.object({
       }),
     })
     .describe(
-      "Finished jobs are counted among the `window` most recent of each state " +
-        "(cancelled and discarded by finalization time, completed by id); " +
+      "Finished jobs are counted among the `window` most recently finalized of each state; " +
         "where exact is false, that state's counts are lower bounds.",
     ),
 });

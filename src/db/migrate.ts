@@ -1,7 +1,6 @@
 import m0001 from "../../migrations/0001_init.sql" with { type: "text" };
 import m0002 from "../../migrations/0002_notify_from_insert.sql" with { type: "text" };
 import m0003 from "../../migrations/0003_fillfactor.sql" with { type: "text" };
-import m0004 from "../../migrations/0004_completed_unindexed.sql" with { type: "text" };
 import { MigrationError } from "../errors.ts";
 import type { Pool } from "./db.ts";
 
@@ -20,7 +19,6 @@ export const MIGRATIONS: readonly Migration[] = [
   { version: 1, name: "0001_init", sql: m0001 },
   { version: 2, name: "0002_notify_from_insert", sql: m0002 },
   { version: 3, name: "0003_fillfactor", sql: m0003 },
-  { version: 4, name: "0004_completed_unindexed", sql: m0004 },
 ];
 
 // Any constant works; this one is "conveyor" in ASCII, so it is recognisable in pg_locks.

@@ -5,7 +5,7 @@
 // Invariant: only rows in a final state are deleted; a job that is available,
 // running or pending is never touched.
 import type { Pool } from "../db/db.ts";
-import { type FinalState, pruneCompletedFrom, pruneFinishedJobs } from "../db/prune.ts";
+import { type FinalState, pruneFinishedJobs } from "../db/prune.ts";
 import type { Events } from "../events.ts";
 import type { Logger } from "../logger.ts";
 import { intervalLoop, type Loop } from "./loop.ts";
@@ -33,22 +33,11 @@ export function createPruner(o: PrunerOptions): Loop {
     for (const [state, olderThanMs] of Object.entries(retention) as [FinalState, number | null][]) {
       if (olderThanMs === null) continue;
       let total = 0;
-      // Batches, each statement its own short transaction, so no long lock or
-      // huge WAL burst. Completed jobs: one walk of the primary key, carried
-      // from batch to batch (src/db/prune.ts).
-      if (state === "completed") {
-        let next: string | null = "0";
-        while (next !== null) {
-          const r = await pruneCompletedFrom(o.sql, next, { olderThanMs, limit: PRUNER_BATCH });
-          total += r.deleted;
-          next = r.next;
-        }
-      } else {
-        for (;;) {
-          const n = await pruneFinishedJobs(o.sql, { state, olderThanMs, limit: PRUNER_BATCH });
-          total += n;
-          if (n < PRUNER_BATCH) break;
-        }
+      // Batches, each its own short transaction, so no long lock or huge WAL burst.
+      for (;;) {
+        const n = await pruneFinishedJobs(o.sql, { state, olderThanMs, limit: PRUNER_BATCH });
+        total += n;
+        if (n < PRUNER_BATCH) break;
       }
       if (total > 0) o.logger.info("pruned finished jobs", { state, count: total });
     }
