@@ -95,6 +95,19 @@ function columnValues<T>(c: BatchColumn<T>, items: T[]): (string | null)[] | und
  * on 5,000 rows took 0.8-1.0 ms instead of 0.02-0.04 ms (EXPLAIN ANALYZE).
  * With the LIMIT the plan is the probes (test/plans.test.ts).
  *
+ * The LIMIT's count is a scalar subquery, which the planner cannot read, so
+ * it guesses a tenth of the batch. With the whole count in sight, a batch of
+ * thousands priced as probes (about 8 cost units each) above a hash join
+ * over a sequential scan of the table, up to some 250,000 rows by the
+ * planner's own costs, or above a merge join that walks the primary key
+ * from its first entry to the batch's last. Either can read the whole table.
+ * In a 100,000-job drain in batches of 2,000 (auto_explain), completions
+ * took those plans until their connection cached a generic plan: 45-95 ms
+ * each, against 9-20 ms as probes. With a tenth, a batch of one job is
+ * still probes, and a scan wins only on tables of under about twelve rows
+ * per job of the batch, near where a scan of cached rows does beat the
+ * probes.
+ *
  * A generic plan a connection caches (from a statement's sixth run) while
  * the table is nearly empty probes the primary key too, once the table has
  * grown (test/reaper.test.ts); the jsonb document this replaced was planned
@@ -130,7 +143,7 @@ export function fencedBatch<T extends Lease>(
                                   array_fill(${owner}::text, array[${n}::int]),
                                   array_fill('running'::conveyor_job_state, array[${n}::int])${arrays})
                as r(id, version, owner, state${names})
-              limit ${n}) t`;
+              limit (select ${n}::int)) t`;
 }
 
 /** Errors that mean "the server is not reachable now", worth waiting out. */
