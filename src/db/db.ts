@@ -85,15 +85,15 @@ function columnValues<T>(c: BatchColumn<T>, items: T[]): (string | null)[] | und
  * fsync on) the loop's CPU per job went from 3.2-4.0 to 2.8-3.1 µs and the
  * server's from 24.4-29.4 to 22.1-25.7 µs.
  *
- * Wrapped in LIMIT with the batch's size so that the planner knows how many
- * rows it joins: a set-returning function over a parameter is estimated at a
- * fixed guess, and against that a hash join over a sequential scan of
- * conveyor_jobs looked cheaper than primary-key probes until the table held
- * some 20,000 rows. Every completion and heartbeat then read the whole table:
- * at 1,000 one-job enqueues a second on a fresh table, 2,714 scans read 7.2
- * million rows in a 5,500-job run (pg_stat_user_tables), and one completion
- * on 5,000 rows took 0.8-1.0 ms instead of 0.02-0.04 ms (EXPLAIN ANALYZE).
- * With the LIMIT the plan is the probes (test/plans.test.ts).
+ * Wrapped in LIMIT so that the planner does not take its fixed guess for a
+ * set-returning function over a parameter. Against that guess a hash join
+ * over a sequential scan of conveyor_jobs looked cheaper than primary-key
+ * probes until the table held some 20,000 rows. Every completion and
+ * heartbeat then read the whole table: at 1,000 one-job enqueues a second on
+ * a fresh table, 2,714 scans read 7.2 million rows in a 5,500-job run
+ * (pg_stat_user_tables), and one completion on 5,000 rows took 0.8-1.0 ms
+ * instead of 0.02-0.04 ms (EXPLAIN ANALYZE). With the LIMIT the plan is the
+ * probes (test/plans.test.ts).
  *
  * The LIMIT's count is a scalar subquery, which the planner cannot read, so
  * it guesses a tenth of the batch. With the whole count in sight, a batch of
@@ -101,12 +101,12 @@ function columnValues<T>(c: BatchColumn<T>, items: T[]): (string | null)[] | und
  * over a sequential scan of the table, up to some 250,000 rows by the
  * planner's own costs, or above a merge join that walks the primary key
  * from its first entry to the batch's last. Either can read the whole table.
- * In a 100,000-job drain in batches of 2,000 (auto_explain), completions
- * took those plans until their connection cached a generic plan: 45-95 ms
- * each, against 9-20 ms as probes. With a tenth, a batch of one job is
- * still probes, and a scan wins only on tables of under about twelve rows
- * per job of the batch, near where a scan of cached rows does beat the
- * probes.
+ * In a 100,000-job drain in batches of 2,000 (auto_explain with analyze),
+ * completions took those plans until their connection cached a generic
+ * plan: 45-95 ms each, against 9-20 ms as probes. With a tenth, a batch of
+ * one job is still probes, and a scan wins only on tables of under about
+ * twelve rows per job of the batch, near where a scan of cached rows does
+ * beat the probes.
  *
  * A generic plan a connection caches (from a statement's sixth run) while
  * the table is nearly empty probes the primary key too, once the table has
