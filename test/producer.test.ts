@@ -27,7 +27,8 @@ async function backlogProducer(queue: string, fetchesInFlight?: number) {
     Array.from({ length: 2_000 }, () => ({ queue, kind: "k" })),
   );
   const pool = await countingPool(db, /set state = 'running'/, { max: 4, latencyMs: 100 });
-  const counts = { ran: 0 };
+  // Per job run: fetches sent by then, and when it ran (ms on performance.now()).
+  const counts = { ran: 0, sentWhenRun: [] as number[], ranAt: [] as number[], busyFirstMs: 0 };
   const producer = createProducer({
     sql: pool.sql,
     queue,
@@ -38,7 +39,10 @@ async function backlogProducer(queue: string, fetchesInFlight?: number) {
     leaseMs: 30_000,
     pollIntervalMs: 60_000,
     execute: async (_row, _leaseMs, handlerDone) => {
-      counts.ran++;
+      counts.sentWhenRun.push(pool.sent());
+      counts.ranAt.push(performance.now());
+      // The first job holds the thread, as a slow batch of handlers would.
+      if (counts.ran++ === 0) Bun.sleepSync(counts.busyFirstMs);
       handlerDone();
     },
     logger: silentLogger,
@@ -60,18 +64,26 @@ test("with a backlog and two fetches allowed, a busy producer keeps two in fligh
   }
 });
 
-test("by default a busy producer has one fetch in flight, and the next goes as soon as it returns", async () => {
+test("by default a busy producer has one fetch in flight, and sends the next before the batch it returned runs", async () => {
   const { pool, producer, counts } = await backlogProducer("backlog1");
+  // The first batch's handlers hold the thread for 300 ms; a round trip takes 200.
+  counts.busyFirstMs = 300;
   try {
     producer.start();
-    const started = performance.now();
     await Bun.sleep(120);
     expect(pool.sent()).toBe(1);
-    while (pool.sent() < 2 && performance.now() - started < 5_000) await Bun.sleep(1);
-    // The second went only once the first had returned and its jobs had run,
-    // and at once: long before the poll interval.
-    expect(pool.sent()).toBe(2);
-    expect(counts.ran).toBe(500);
+    const started = performance.now();
+    while (counts.ran < 1_000 && performance.now() - started < 5_000) await Bun.sleep(1);
+    // Each batch's first job ran after the next fetch had been issued, and
+    // not before the one after it: one fetch in flight.
+    expect(counts.sentWhenRun[0]).toBe(2);
+    expect(counts.sentWhenRun[499]).toBe(2);
+    expect(counts.sentWhenRun[500]).toBe(3);
+    // And it was on the wire while the first batch ran: the second batch came
+    // back as the first one's 300 ms ended, not a 200 ms round trip after.
+    const gap = (counts.ranAt[500] as number) - (counts.ranAt[0] as number);
+    expect(gap).toBeGreaterThanOrEqual(300);
+    expect(gap).toBeLessThan(450);
   } finally {
     await producer.stop();
     await pool.close();

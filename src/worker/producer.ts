@@ -64,6 +64,25 @@ const ERROR_BACKOFF_MS = 1_000;
  */
 export const MAX_FETCHES_IN_FLIGHT = 1;
 
+/**
+ * PIPELINED_FETCH: when a fetch returns a batch and another may go, the next
+ * fetch is sent before the batch's handlers run, not after them. In a
+ * 10,000-job drain in batches of 2,000 the handlers of a batch (the
+ * worker's own work per job: the job object, its context, the completion's
+ * promise) took 13 ms warm and 37 ms cold, and the server, which spends
+ * tens of milliseconds on a fetch of that size, waited for them each time.
+ * In the bench's throughput phase (Conveyor only, 4 alternating rounds, 2
+ * cores, fsync on), c4000-b2000 went from 35,665 / 30,861 / 37,609 / 31,047
+ * to 42,295 / 38,580 / 39,306 / 31,640 jobs/s at 10,000 jobs and from
+ * 46,138 / 37,842 / 36,305 / 38,386 to 43,083 / 41,888 / 46,334 / 41,038 at
+ * 100,000.
+ *
+ * postgres.js sends a short statement (a prepared one's Bind and Execute)
+ * from a setImmediate that a microtask registers; the handlers run after a
+ * setImmediate registered from inside a first one, which comes after it.
+ */
+const afterWrites = () => new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve)));
+
 /** How long stop() waits for hand-off inserts still in flight. */
 export const HANDOFF_STOP_WAIT_MS = 5_000;
 
@@ -92,6 +111,9 @@ export function createProducer(o: ProducerOptions): Producer {
   let reserved = 0;
   let unwritten = 0; // handlers done, outcome not yet written
   let stopped = true;
+  // Fetches whose statement has not returned yet (at most fetchesInFlight).
+  let fetching = 0;
+  // Fetches not yet done with their rows (stop() waits for these).
   const inFlight = new Set<Promise<number>>();
   // Set when there may be more work than the last fetch took.
   let wanted = false;
@@ -121,6 +143,7 @@ export function createProducer(o: ProducerOptions): Producer {
     // batch starts exactly one more, and they run one at a time.
     if (!(backlog && limit < slots)) wanted = false;
     reserved += limit;
+    fetching++;
     let rows: LeasedRow[];
     try {
       // A fetch that settles after its deadline leases jobs nobody runs:
@@ -138,18 +161,28 @@ export function createProducer(o: ProducerOptions): Producer {
       );
     } finally {
       reserved -= limit;
+      fetching--;
     }
     // A full batch suggests more is waiting.
     backlog = rows.length === limit;
     if (backlog) wanted = true;
-    run(rows);
+    take(rows);
+    // The next fetch goes before this batch's handlers run, so that its round
+    // trip and the server's work overlap theirs; see PIPELINED_FETCH.
+    if (fill()) await afterWrites();
+    start(rows);
     return rows.length;
   };
 
-  const run = (rows: LeasedRow[]) => {
+  /** Counts leased rows as running: their slots are taken from now on. */
+  const take = (rows: LeasedRow[]) => {
+    active += rows.length;
+    unwritten += rows.length;
+  };
+
+  /** Runs rows that take() counted. */
+  const start = (rows: LeasedRow[]) => {
     for (const row of rows) {
-      active++;
-      unwritten++;
       let released = false;
       const handlerDone = () => {
         if (released) return;
@@ -168,12 +201,18 @@ export function createProducer(o: ProducerOptions): Producer {
     }
   };
 
-  const fill = () => {
-    if (stopped || backingOff || !wanted || inFlight.size >= fetchesInFlight) return;
+  const run = (rows: LeasedRow[]) => {
+    take(rows);
+    start(rows);
+  };
+
+  /** Starts a fetch if one may go now; returns whether it did. */
+  const fill = (): boolean => {
+    if (stopped || backingOff || !wanted || fetching >= fetchesInFlight) return false;
     // Back-pressure: while more outcomes wait to be written than we may run,
     // the database is the bottleneck; fetching more would only hold leases.
-    if (unwritten - active > o.concurrency) return;
-    if (!worthFetching(free())) return;
+    if (unwritten - active > o.concurrency) return false;
+    if (!worthFetching(free())) return false;
     const p = fetchOnce();
     inFlight.add(p);
     p.catch((error) => {
@@ -196,6 +235,7 @@ export function createProducer(o: ProducerOptions): Producer {
     });
     // A second fetch, when this one left it wanted.
     if (wanted) schedule();
+    return true;
   };
 
   // Coalesces wake-ups and freed slots within one turn of the event loop.
