@@ -19,16 +19,20 @@ afterAll(async () => {
 /**
  * A producer over a backlog of 2,000 jobs in `queue`, fetching 500 at a time
  * through a pool 100 ms away each way (no fetch returns within 200 ms), that
- * counts its fetches and the jobs it ran.
+ * counts its fetches and the jobs it ran; its first job holds the thread for
+ * `busyFirstMs`, as a slow batch of handlers would.
  */
-async function backlogProducer(queue: string, fetchesInFlight?: number) {
+async function backlogProducer(
+  queue: string,
+  o: { fetchesInFlight?: number; busyFirstMs?: number } = {},
+) {
   await enqueueMany(
     db.sql,
     Array.from({ length: 2_000 }, () => ({ queue, kind: "k" })),
   );
   const pool = await countingPool(db, /set state = 'running'/, { max: 4, latencyMs: 100 });
   // Per job run: fetches sent by then, and when it ran (ms on performance.now()).
-  const counts = { ran: 0, sentWhenRun: [] as number[], ranAt: [] as number[], busyFirstMs: 0 };
+  const counts = { ran: 0, sentWhenRun: [] as number[], ranAt: [] as number[] };
   const producer = createProducer({
     sql: pool.sql,
     queue,
@@ -41,19 +45,18 @@ async function backlogProducer(queue: string, fetchesInFlight?: number) {
     execute: async (_row, _leaseMs, handlerDone) => {
       counts.sentWhenRun.push(pool.sent());
       counts.ranAt.push(performance.now());
-      // The first job holds the thread, as a slow batch of handlers would.
-      if (counts.ran++ === 0) Bun.sleepSync(counts.busyFirstMs);
+      if (counts.ran++ === 0) Bun.sleepSync(o.busyFirstMs ?? 0);
       handlerDone();
     },
     logger: silentLogger,
     events: createEvents(),
-    ...(fetchesInFlight === undefined ? {} : { fetchesInFlight }),
+    ...(o.fetchesInFlight === undefined ? {} : { fetchesInFlight: o.fetchesInFlight }),
   });
   return { pool, producer, counts };
 }
 
 test("with a backlog and two fetches allowed, a busy producer keeps two in flight, not one after another", async () => {
-  const { pool, producer } = await backlogProducer("backlog", 2);
+  const { pool, producer } = await backlogProducer("backlog", { fetchesInFlight: 2 });
   try {
     producer.start();
     await Bun.sleep(120);
@@ -65,9 +68,8 @@ test("with a backlog and two fetches allowed, a busy producer keeps two in fligh
 });
 
 test("by default a busy producer has one fetch in flight, and sends the next before the batch it returned runs", async () => {
-  const { pool, producer, counts } = await backlogProducer("backlog1");
   // The first batch's handlers hold the thread for 300 ms; a round trip takes 200.
-  counts.busyFirstMs = 300;
+  const { pool, producer, counts } = await backlogProducer("backlog1", { busyFirstMs: 300 });
   try {
     producer.start();
     await Bun.sleep(120);
