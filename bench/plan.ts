@@ -100,7 +100,7 @@ export const SYSTEMS: SystemSpec[] = [
     label: "bare SQL loop (ceiling)",
     runtime: "bun",
     file: "bare-sql.ts",
-    // l8 and b100 never led in development runs (bench/README.md); trimmed to fit a run in an hour.
+    // l8 and b100 never led in development runs (no results file kept); trimmed to fit a run in an hour.
     settings: grid([1, 2, 4], [500, 1000]),
     ledgerSettings: {
       "l2-b500": { loops: 2, batch: 500, poolMax: 3 },
