@@ -1,0 +1,404 @@
+// Where PostgreSQL's time per job goes: the bare fetch-and-complete loop of
+// bench/systems/bare-sql.ts, on variants of Conveyor's schema and statements
+// that each take one thing away, measured side by side in one process
+// against one cluster with the bench's settings, in alternating order.
+//
+//   bun bench/dissect.ts [--sizes 10000,100000] [--rounds 5] [--loops 2]
+//                        [--batch 500] [--out results/dissect-<date>.json]
+//
+// The throughput bench compares systems; this one explains the gap between
+// Conveyor's own statements and the ceiling (bench/README.md, "Where the
+// server's time goes"). Its worker CPU is of one warm process and means
+// little; the server's CPU per job is the figure.
+//
+// Variants (each against a fresh database, N jobs preloaded by one insert):
+// - ceiling: the bench's minimal table and statements.
+// - conveyor: Conveyor's migrations, fetchJobs and completeJobsIdempotent.
+// - no-lease-index / no-finalized-index / no-extra-indexes: Conveyor without
+//   the reaper's index, the pruner's and listing's index, or both.
+// - minimal-return: Conveyor's fetch returning only id, version and payload.
+// - minimal-statements: no extra indexes, the ceiling's statements on
+//   Conveyor's table, so what is left against the ceiling is the table.
+// - hot-fetch: minimal-return's fetch changing no indexed column, as a
+//   visibility-timeout design would (a leased job stays 'available' with a
+//   live lease, the dequeue skips it by a heap filter, no reaper index), so
+//   its update can be HOT. An experiment: the engine does not work this way.
+//
+// Every completion's row source has `limit (select n)`, as fencedBatch's
+// does: without it the planner may hash the batch against the whole table
+// (bench/README.md), which is a plan, not a cost of the schema.
+import { writeFileSync } from "node:fs";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import postgres from "postgres";
+import { fencedBatch } from "../src/db/db.ts";
+import { fetchJobs } from "../src/db/fetch.ts";
+import { migrate } from "../src/db/migrate.ts";
+import { completeJobsIdempotent } from "../src/db/outcome.ts";
+import { machine, ROOT, versions } from "./lib/environment.ts";
+import { serverCpu } from "./lib/server-cpu.ts";
+import { PG_SETTINGS, startBenchPostgres } from "./lib/services.ts";
+import { median, round } from "./lib/stats.ts";
+
+const { values: opt } = parseArgs({
+  options: {
+    sizes: { type: "string", default: "10000,100000" },
+    rounds: { type: "string", default: "5" },
+    loops: { type: "string", default: "2" },
+    batch: { type: "string", default: "500" },
+    only: { type: "string" },
+    out: { type: "string" },
+  },
+});
+const SIZES = String(opt.sizes).split(",").map(Number);
+const ROUNDS = Number(opt.rounds);
+const LOOPS = Number(opt.loops);
+const BATCH = Number(opt.batch);
+const TIME_LIMIT_MS = 120_000;
+const QUEUE = "bench";
+const KIND = "noop";
+const LEASE_MS = 30_000;
+const OWNER = `dissect:${process.pid}`;
+
+type Sql = postgres.Sql;
+interface Leased {
+  id: string;
+  version: string;
+}
+interface Variant {
+  table: string;
+  setup(sql: Sql, n: number): Promise<void>;
+  dequeue(sql: Sql): Promise<Leased[]>;
+  complete(sql: Sql, jobs: Leased[]): Promise<number>;
+}
+
+async function minimalTable(sql: Sql, n: number) {
+  await sql.unsafe(`
+    create table bench_jobs (
+      id               bigint generated always as identity primary key,
+      queue            text not null,
+      kind             text not null,
+      payload          jsonb not null default '{}',
+      state            smallint not null default 0, -- 0 available, 1 running, 2 completed
+      priority         smallint not null default 0,
+      run_at           timestamptz not null default now(),
+      attempts         integer not null default 0,
+      lease_owner      text,
+      lease_version    bigint not null default 0,
+      lease_expires_at timestamptz,
+      finalized_at     timestamptz
+    ) with (fillfactor = 50);
+    create index bench_jobs_dequeue_idx on bench_jobs (queue, priority, run_at, id)
+      where state = 0;`);
+  await sql`insert into bench_jobs (queue, kind, payload)
+    select ${QUEUE}, ${KIND}, jsonb_build_object('i', g - 1) from generate_series(1, ${n}::int) g`;
+}
+
+function conveyorTable(...ddl: string[]) {
+  return async (sql: Sql, n: number) => {
+    await migrate(sql);
+    for (const d of ddl) await sql.unsafe(d);
+    await sql`insert into conveyor_jobs (queue, kind, payload)
+      select ${QUEUE}, ${KIND}, jsonb_build_object('i', g - 1) from generate_series(1, ${n}::int) g`;
+  };
+}
+
+const DROP_LEASE_INDEX = "drop index conveyor_jobs_lease_expiry_idx";
+const DROP_FINALIZED_INDEX = "drop index conveyor_jobs_state_finalized_idx";
+
+/** State values of a table: the minimal one's smallints or Conveyor's enum. */
+interface States {
+  available: string;
+  running: string;
+  completed: string;
+}
+const MINIMAL: States = { available: "0", running: "1", completed: "2" };
+const CONVEYOR: States = {
+  available: "'available'",
+  running: "'running'",
+  completed: "'completed'",
+};
+
+/**
+ * The locked ids of the next batch, for an update to probe by primary key;
+ * `live` adds the hot-fetch's heap filter on leases.
+ */
+function nextBatch(sql: Sql, table: string, s: States, live = false) {
+  return sql`array(
+    select id from ${sql(table)}
+     where state = ${sql.unsafe(s.available)} and queue = ${QUEUE} and run_at <= now()
+       ${live ? sql`and (lease_expires_at is null or lease_expires_at <= now())` : sql``}
+     order by priority, run_at, id
+     limit ${BATCH}
+     for update skip locked)`;
+}
+
+/** The ceiling's fetch: state to running, attempts, owner, version, expiry; three columns back. */
+function minimalFetch(table: string, s: States) {
+  return async (sql: Sql) =>
+    (await sql`
+      update ${sql(table)} j
+         set state = ${sql.unsafe(s.running)}, attempts = j.attempts + 1, lease_owner = ${OWNER},
+             lease_version = j.lease_version + 1,
+             lease_expires_at = now() + ${LEASE_MS}::float8 * interval '1 millisecond'
+       where j.id = any(${nextBatch(sql, table, s)})
+      returning j.id, j.lease_version as version, j.payload`) as unknown as Leased[];
+}
+
+/** The ceiling's completion, fenced on version, owner and `state`. */
+function minimalComplete(table: string, s: States) {
+  return async (sql: Sql, jobs: Leased[]) => {
+    const r = await sql`
+      update ${sql(table)} j
+         set state = ${sql.unsafe(s.completed)}, finalized_at = now(), lease_expires_at = null
+        from (select * from unnest(${jobs.map((j) => j.id)}::bigint[],
+                                   ${jobs.map((j) => j.version)}::bigint[]) as r(id, version)
+               limit (select ${jobs.length}::int)) t
+       where j.id = t.id and j.lease_version = t.version
+         and j.lease_owner = ${OWNER} and j.state = ${sql.unsafe(s.running)}`;
+    return r.count;
+  };
+}
+
+async function conveyorFetch(sql: Sql): Promise<Leased[]> {
+  const rows = await fetchJobs(sql, {
+    queue: QUEUE,
+    owner: OWNER,
+    limit: BATCH,
+    leaseMs: LEASE_MS,
+    kinds: [KIND],
+  });
+  return rows.map((r) => ({ id: r.id, version: r.lease_version }));
+}
+
+async function conveyorComplete(sql: Sql, jobs: Leased[]): Promise<number> {
+  const done = await completeJobsIdempotent(
+    sql,
+    OWNER,
+    jobs.map((j) => ({ id: j.id, version: Number(j.version) })),
+  );
+  return done.size;
+}
+
+/** Conveyor's fetch update (fetch.ts) with only id, version and payload back. */
+function conveyorUpdate(sql: Sql, state: string, live: boolean) {
+  return sql`
+    update conveyor_jobs j
+       set ${state === "" ? sql`` : sql`state = ${sql.unsafe(state)},`}
+           attempts = j.attempts + 1,
+           lease_owner = ${OWNER},
+           lease_version = j.lease_version + 1,
+           lease_expires_at = now() + ${LEASE_MS}::float8 * interval '1 millisecond',
+           attempted_at = now()
+     where j.id = any(array(
+       select id from conveyor_jobs
+        where state = 'available' and queue = ${QUEUE} and run_at <= now()
+          ${live ? sql`and (lease_expires_at is null or lease_expires_at <= now())` : sql``}
+          and kind = any(${[KIND]}::text[])
+          and not exists (select 1 from conveyor_queues q where q.name = ${QUEUE} and q.paused)
+        order by priority, run_at, id
+        limit ${BATCH}
+        for update skip locked))
+    returning j.id, j.lease_version as version, j.payload`;
+}
+
+/** A completion fenced as Conveyor's, on a job the hot fetch left 'available'. */
+async function hotComplete(sql: Sql, jobs: Leased[]): Promise<number> {
+  const items = jobs.map((j) => ({ id: j.id, version: Number(j.version) }));
+  const r = await sql`
+    update conveyor_jobs j
+       set state = 'completed', finalized_at = now(), lease_expires_at = null
+      from ${fencedBatch(sql, OWNER, items)}
+     where j.id = t.id and j.lease_version = t.version and j.lease_owner = t.owner
+       and j.state = 'available' and j.lease_expires_at > now()`;
+  return r.count;
+}
+
+const VARIANTS: Record<string, Variant> = {
+  ceiling: {
+    table: "bench_jobs",
+    setup: minimalTable,
+    dequeue: minimalFetch("bench_jobs", MINIMAL),
+    complete: minimalComplete("bench_jobs", MINIMAL),
+  },
+  conveyor: {
+    table: "conveyor_jobs",
+    setup: conveyorTable(),
+    dequeue: conveyorFetch,
+    complete: conveyorComplete,
+  },
+  "no-lease-index": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(DROP_LEASE_INDEX),
+    dequeue: conveyorFetch,
+    complete: conveyorComplete,
+  },
+  "no-finalized-index": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(DROP_FINALIZED_INDEX),
+    dequeue: conveyorFetch,
+    complete: conveyorComplete,
+  },
+  "no-extra-indexes": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(DROP_LEASE_INDEX, DROP_FINALIZED_INDEX),
+    dequeue: conveyorFetch,
+    complete: conveyorComplete,
+  },
+  "minimal-return": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(),
+    dequeue: async (sql) =>
+      (await conveyorUpdate(sql, CONVEYOR.running, false)) as unknown as Leased[],
+    complete: conveyorComplete,
+  },
+  "minimal-statements": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(DROP_LEASE_INDEX, DROP_FINALIZED_INDEX),
+    dequeue: minimalFetch("conveyor_jobs", CONVEYOR),
+    complete: minimalComplete("conveyor_jobs", CONVEYOR),
+  },
+  "hot-fetch": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(
+      DROP_LEASE_INDEX,
+      "alter table conveyor_jobs drop constraint conveyor_jobs_running_has_lease",
+    ),
+    dequeue: async (sql) => (await conveyorUpdate(sql, "", true)) as unknown as Leased[],
+    complete: hotComplete,
+  },
+};
+
+const names = opt.only ? String(opt.only).split(",") : Object.keys(VARIANTS);
+for (const n of names) if (!VARIANTS[n]) throw new Error(`--only: no variant ${n}`);
+
+interface Run {
+  round: number;
+  variant: string;
+  n: number;
+  jobsPerSec: number;
+  workerUsPerJob: number;
+  serverUsPerJob: number;
+  /** Share of the table's row updates that were HOT (pg_stat_user_tables). */
+  hotShare: number;
+}
+
+async function measure(url: string, v: Variant, n: number) {
+  const sql = postgres(url, { max: LOOPS + 1, onnotice: () => {} });
+  let r: Omit<Run, "round" | "variant" | "n" | "hotShare">;
+  try {
+    await v.setup(sql, n);
+    await sql`checkpoint`;
+    await sql`vacuum analyze`;
+    const server = await serverCpu(sql);
+    if (!server) throw new Error("the cluster's CPU is not readable from /proc");
+    await Promise.all(Array.from({ length: LOOPS }, () => sql`select 1`));
+    let done = 0;
+    let stop = false;
+    const limit = setTimeout(() => (stop = true), TIME_LIMIT_MS);
+    const s0 = server.sample();
+    const c0 = process.cpuUsage();
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: LOOPS }, async () => {
+        while (!stop) {
+          const jobs = await v.dequeue(sql);
+          if (jobs.length === 0) return;
+          const k = await v.complete(sql, jobs);
+          if (k !== jobs.length) throw new Error(`fence rejected ${jobs.length - k} completions`);
+          done += k;
+        }
+      }),
+    );
+    const ms = performance.now() - t0;
+    const cpu = process.cpuUsage(c0);
+    const serverMs = server.sample() - s0;
+    clearTimeout(limit);
+    if (done !== n) throw new Error(`${done} of ${n} jobs done within ${TIME_LIMIT_MS} ms`);
+    r = {
+      jobsPerSec: round((n / ms) * 1000),
+      workerUsPerJob: round((cpu.user + cpu.system) / n, 2),
+      serverUsPerJob: round((serverMs * 1000) / n, 2),
+    };
+  } finally {
+    // Backends report their statistics when they exit.
+    await sql.end({ timeout: 5 });
+  }
+  const stats = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    for (let i = 0; i < 50; i++) {
+      const [st] = await stats`
+        select n_tup_upd::float8 as upd, n_tup_hot_upd::float8 as hot
+          from pg_stat_user_tables where relname = ${v.table}`;
+      // Every job's row is updated twice: the fetch and the completion.
+      if (st && Number(st.upd) >= 2 * n)
+        return { ...r, hotShare: round(Number(st.hot) / Number(st.upd), 3) };
+      await Bun.sleep(100);
+    }
+    throw new Error(`pg_stat_user_tables never counted the ${2 * n} updates of ${v.table}`);
+  } finally {
+    await stats.end({ timeout: 5 });
+  }
+}
+
+const pg = await startBenchPostgres();
+const runs: Run[] = [];
+const started = new Date();
+try {
+  for (let round_ = 1; round_ <= ROUNDS; round_++) {
+    for (const n of SIZES) {
+      // Alternate the order so no variant always runs right after another.
+      const order = round_ % 2 === 0 ? [...names].reverse() : names;
+      for (const variant of order) {
+        await pg.reset();
+        const r = await measure(pg.url, VARIANTS[variant] as Variant, n);
+        runs.push({ round: round_, variant, n, ...r });
+        console.error(JSON.stringify(runs.at(-1)));
+      }
+    }
+  }
+} finally {
+  await pg.stop();
+}
+
+const summary = SIZES.flatMap((n) =>
+  names.map((variant) => {
+    const mine = runs.filter((r) => r.n === n && r.variant === variant);
+    return {
+      n,
+      variant,
+      jobsPerSec: median(mine.map((r) => r.jobsPerSec)),
+      serverUsPerJob: median(mine.map((r) => r.serverUsPerJob)),
+      workerUsPerJob: median(mine.map((r) => r.workerUsPerJob)),
+      hotShare: median(mine.map((r) => r.hotShare)),
+    };
+  }),
+);
+
+const day = started.toISOString().slice(0, 10);
+const out = opt.out ?? path.join(ROOT, "results", `dissect-${day}.json`);
+writeFileSync(
+  out,
+  `${JSON.stringify(
+    {
+      date: started.toISOString(),
+      machine: machine(),
+      versions: versions(),
+      postgres: { settings: PG_SETTINGS },
+      settings: { loops: LOOPS, batch: BATCH, rounds: ROUNDS, sizes: SIZES },
+      summary,
+      runs,
+    },
+    null,
+    2,
+  )}\n`,
+);
+
+console.log("| N | variant | jobs/s | server µs/job | worker µs/job | HOT updates |");
+console.log("| ---: | --- | ---: | ---: | ---: | ---: |");
+for (const s of summary) {
+  console.log(
+    `| ${s.n.toLocaleString("en-US")} | ${s.variant} | ${s.jobsPerSec.toLocaleString("en-US")} | ${s.serverUsPerJob} | ${s.workerUsPerJob} | ${Math.round(s.hotShare * 100)}% |`,
+  );
+}
+console.error(`wrote ${path.relative(ROOT, out)}`);
