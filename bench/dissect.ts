@@ -40,6 +40,7 @@ import { fetchJobs } from "../src/db/fetch.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { completeJobsIdempotent } from "../src/db/outcome.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
+import { MINIMAL_TABLE_DDL } from "./lib/minimal-table.ts";
 import { serverCpu } from "./lib/server-cpu.ts";
 import { PG_SETTINGS, startBenchPostgres } from "./lib/services.ts";
 import { median, round } from "./lib/stats.ts";
@@ -77,23 +78,7 @@ interface Variant {
 }
 
 async function minimalTable(sql: Sql, n: number) {
-  await sql.unsafe(`
-    create table bench_jobs (
-      id               bigint generated always as identity primary key,
-      queue            text not null,
-      kind             text not null,
-      payload          jsonb not null default '{}',
-      state            smallint not null default 0, -- 0 available, 1 running, 2 completed
-      priority         smallint not null default 0,
-      run_at           timestamptz not null default now(),
-      attempts         integer not null default 0,
-      lease_owner      text,
-      lease_version    bigint not null default 0,
-      lease_expires_at timestamptz,
-      finalized_at     timestamptz
-    ) with (fillfactor = 50);
-    create index bench_jobs_dequeue_idx on bench_jobs (queue, priority, run_at, id)
-      where state = 0;`);
+  await sql.unsafe(MINIMAL_TABLE_DDL);
   await sql`insert into bench_jobs (queue, kind, payload)
     select ${QUEUE}, ${KIND}, jsonb_build_object('i', g - 1) from generate_series(1, ${n}::int) g`;
 }
@@ -123,15 +108,11 @@ const CONVEYOR: States = {
   completed: "'completed'",
 };
 
-/**
- * The locked ids of the next batch, for an update to probe by primary key;
- * `live` adds the hot-fetch's heap filter on leases.
- */
-function nextBatch(sql: Sql, table: string, s: States, live = false) {
+/** The locked ids of the next batch, for an update to probe by primary key. */
+function nextBatch(sql: Sql, table: string, s: States) {
   return sql`array(
     select id from ${sql(table)}
      where state = ${sql.unsafe(s.available)} and queue = ${QUEUE} and run_at <= now()
-       ${live ? sql`and (lease_expires_at is null or lease_expires_at <= now())` : sql``}
      order by priority, run_at, id
      limit ${BATCH}
      for update skip locked)`;

@@ -5,8 +5,8 @@
 //
 // Two tables:
 // - bare-sql: a minimal job table (the columns a fenced lease needs, one
-//   partial index for the dequeue, no trigger, Conveyor's fillfactor). The
-//   ceiling we measure against.
+//   partial index for the dequeue, no trigger, Conveyor's fillfactor:
+//   bench/lib/minimal-table.ts). The ceiling we measure against.
 // - bare-sql-conveyor-schema: Conveyor's own table and its own statements
 //   (src/db/fetch.ts, src/db/outcome.ts) driven by the same loop, so the gap
 //   between it and Conveyor is the worker pool, and the gap between it and
@@ -20,6 +20,7 @@ import { fetchJobs } from "../../src/db/fetch.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { completeJobsIdempotent } from "../../src/db/outcome.ts";
 import { type Adapter, counter, main, type Payload } from "../lib/driver.ts";
+import { MINIMAL_TABLE_DDL } from "../lib/minimal-table.ts";
 import type { Task } from "../lib/protocol.ts";
 
 const QUEUE = "bench";
@@ -42,33 +43,10 @@ interface Statements {
   complete(db: postgres.Sql | postgres.TransactionSql, jobs: Leased[]): Promise<number>;
 }
 
-// Half-empty pages, as Conveyor's own table (migrations/0003_fillfactor.sql):
-// each update's new row version stays on its page. The ceiling gets every
-// storage tuning Conveyor gets. Measured, best cell of the grid, 3
-// alternating rounds in one hour (2 cores, PostgreSQL 18, fsync on): at
-// N = 10,000 fillfactor 100 gave 65,742 / 59,413 / 63,047 jobs/s, 50 gave
-// 69,482 / 68,156 / 64,715; at 100,000, 75,507 / 78,867 / 76,884 against
-// 83,567 / 79,665 / 73,549.
 function minimalTable(sql: postgres.Sql, owner: string): Statements {
   return {
     async setup() {
-      await sql.unsafe(`
-        create table bench_jobs (
-          id               bigint generated always as identity primary key,
-          queue            text not null,
-          kind             text not null,
-          payload          jsonb not null default '{}',
-          state            smallint not null default 0, -- 0 available, 1 running, 2 completed
-          priority         smallint not null default 0,
-          run_at           timestamptz not null default now(),
-          attempts         integer not null default 0,
-          lease_owner      text,
-          lease_version    bigint not null default 0,
-          lease_expires_at timestamptz,
-          finalized_at     timestamptz
-        ) with (fillfactor = 50);
-        create index bench_jobs_dequeue_idx on bench_jobs (queue, priority, run_at, id)
-          where state = 0;`);
+      await sql.unsafe(MINIMAL_TABLE_DDL);
     },
     async preload(n) {
       await sql`insert into bench_jobs (queue, kind, payload)
