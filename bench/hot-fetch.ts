@@ -29,7 +29,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { median, round } from "./lib/stats.ts";
-import type { RunRecord } from "./lib/summary.ts";
+import { type RunRecord, throughputTable } from "./lib/summary.ts";
 
 const { values: opt } = parseArgs({
   options: {
@@ -115,23 +115,18 @@ try {
       const runs = (JSON.parse(readFileSync(file, "utf8")) as { runs: RunRecord[] }).runs;
       raw.push({ round: r, variant, runs });
       for (const n of SIZES) {
-        const ok = runs.filter(
-          (x) => x.status === "ok" && x.params.n === n && x.result?.jobsPerSec !== undefined,
-        );
-        if (ok.length === 0) throw new Error(`round ${r} ${variant} N=${n}: no setting ran`);
-        const best = ok.reduce((a, b) =>
-          (b.result?.jobsPerSec ?? 0) > (a.result?.jobsPerSec ?? 0) ? b : a,
-        );
-        const res = best.result as NonNullable<RunRecord["result"]>;
+        const best = throughputTable(runs, "throughput", n).get("conveyor")?.best;
+        if (!best) throw new Error(`round ${r} ${variant} N=${n}: no setting ran`);
         const cell: Cell = {
           round: r,
           variant,
           n,
           setting: best.setting,
-          jobsPerSec: res.jobsPerSec as number,
-          serverUsPerJob:
-            res.serverCpuMs === undefined ? undefined : round((res.serverCpuMs * 1000) / n, 2),
-          workerUsPerJob: round(((res.cpuMs as number) * 1000) / n, 2),
+          jobsPerSec: best.median,
+          serverUsPerJob: Number.isFinite(best.serverCpuUsPerJob)
+            ? round(best.serverCpuUsPerJob, 2)
+            : undefined,
+          workerUsPerJob: round(best.cpuUsPerJob, 2),
         };
         cells.push(cell);
         console.log(JSON.stringify(cell));
