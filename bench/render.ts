@@ -31,6 +31,8 @@ export interface ResultsDoc {
   versions: Record<string, string | undefined>;
   /** Added to every Bun child's environment (absent in files before it was recorded). */
   bunEnv?: Record<string, string>;
+  /** BUN_JSC_* variables the run passed to its Bun children (none in a plain run). */
+  jscOptions?: Record<string, string>;
   postgres: {
     version: string;
     settings: Record<string, string | number>;
@@ -361,6 +363,13 @@ export function renderMarkdown(doc: ResultsDoc): string {
       (doc.bunEnv && Object.keys(doc.bunEnv).length
         ? ` Bun processes (Conveyor, the bare loops) ran with the environment the daemon gives itself: ${Object.entries(
             doc.bunEnv,
+          )
+            .map(([k, x]) => `${k}=${x}`)
+            .join(", ")}.`
+        : "") +
+      (doc.jscOptions && Object.keys(doc.jscOptions).length
+        ? ` They also ran with JavaScriptCore options the daemon does not set: ${Object.entries(
+            doc.jscOptions,
           )
             .map(([k, x]) => `${k}=${x}`)
             .join(", ")}.`

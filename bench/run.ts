@@ -159,6 +159,14 @@ async function main() {
     bunEnv: Object.fromEntries(
       Object.keys(ALLOCATOR_ENV).map((k) => [k, BUN_CHILD_ENV[k] as string]),
     ),
+    // JavaScriptCore options our own environment passes on to the Bun
+    // children (BUN_JSC_*): none in a plain run; a run made with some is
+    // not one of the engine as it ships, and says so.
+    jscOptions: Object.fromEntries(
+      Object.entries(BUN_CHILD_ENV).filter(
+        (e): e is [string, string] => e[0].startsWith("BUN_JSC_") && e[1] !== undefined,
+      ),
+    ),
     notes,
     runs: [] as RunRecord[],
   };
