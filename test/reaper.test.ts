@@ -17,7 +17,17 @@ afterAll(async () => {
   await db.drop();
 });
 beforeEach(async () => {
-  await db.sql`truncate conveyor_jobs`;
+  // The truncate resets the table's live-row count in the statistics when its
+  // connection reports them, which, unforced, can come seconds later and
+  // wipe out the count of rows a test inserted since (the planner test below
+  // reads it).
+  const c = await db.sql.reserve();
+  try {
+    await c`truncate conveyor_jobs`;
+    await c`select pg_stat_force_next_flush()`;
+  } finally {
+    c.release();
+  }
 });
 
 const lease = (queue: string, owner: string, leaseMs = 30_000) =>
@@ -84,7 +94,9 @@ describe("reaper", () => {
   });
 
   test("the reaper loop keeps reaping after its connection is terminated", async () => {
-    const broken = db.connect({ max: 1 });
+    // Named, so that only its connection is killed: the shared pool's idle
+    // connections ran statements naming lease_expires_at too.
+    const broken = db.connect({ max: 1, connection: { application_name: "reaper-under-test" } });
     const reaper = createReaper({
       sql: broken,
       intervalMs: 20,
@@ -92,11 +104,16 @@ describe("reaper", () => {
       events: createEvents(),
     });
     reaper.start();
-    // Kill its connection server-side, as a Postgres restart or a proxy would.
-    await Bun.sleep(50);
-    await db.sql`select pg_terminate_backend(pid) from pg_stat_activity
-                  where datname = current_database() and pid <> pg_backend_pid()
-                    and query like '%lease_expires_at%'`;
+    // Kill its connection server-side, as a Postgres restart or a proxy would,
+    // once it has one (a loaded machine may take longer than a round).
+    let killed = 0;
+    for (let i = 0; i < 100 && killed === 0; i++) {
+      await Bun.sleep(20);
+      const rows = await db.sql`select pg_terminate_backend(pid) from pg_stat_activity
+                  where datname = current_database() and application_name = 'reaper-under-test'`;
+      killed = rows.length;
+    }
+    expect(killed).toBe(1);
     await enqueue(db.sql, { queue: "s", kind: "k" });
     await lease("s", "A", 1);
     await Bun.sleep(300);
