@@ -54,7 +54,11 @@ interface Daemon {
   index: number;
   proc: Subprocess<"ignore", "ignore", "pipe"> | undefined;
   stopped: boolean;
+  /** The current process's last log lines, printed if it does not stop when told. */
+  tail: string[];
 }
+
+const TAIL_LINES = 20;
 
 interface Counters {
   staleRejected: number;
@@ -123,6 +127,7 @@ backoff_max_ms = 1000
     index,
     proc: undefined,
     stopped: false,
+    tail: [],
   }));
   const startDaemon = (d: Daemon) => {
     const proc = spawn({
@@ -143,7 +148,11 @@ backoff_max_ms = 1000
     });
     d.proc = proc;
     d.stopped = false;
+    const tail: string[] = [];
+    d.tail = tail;
     void drain(proc.stderr, (line) => {
+      tail.push(line);
+      if (tail.length > TAIL_LINES) tail.shift();
       if (line.includes("stale write rejected by fence")) counters.staleRejected++;
       if (line.includes("lease lost; aborting handler")) counters.leaseLost++;
       logFile.write(`d${d.index} ${line}\n`);
@@ -345,6 +354,13 @@ backoff_max_ms = 1000
     clearTimeout(timer);
   };
   await settled("daemons", Promise.all(daemons.map((d) => d.proc?.exited)));
+  // Where a daemon's shutdown hung is in its last lines: print them, as the
+  // folder with the full log is removed when the scenario passes.
+  for (const d of daemons) {
+    if (!d.proc || d.proc.exitCode !== null || d.proc.signalCode !== null) continue;
+    log(`${name}: d${d.index} still running after SIGTERM; its last ${d.tail.length} log lines:`);
+    for (const line of d.tail) log(`  d${d.index} ${line}`);
+  }
   for (const d of daemons) d.proc?.kill("SIGKILL");
   await settled("log", Promise.resolve(logFile.end()));
   const [ver] = await direct`show server_version`;
