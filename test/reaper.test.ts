@@ -7,6 +7,7 @@ import { enqueue } from "../src/enqueue.ts";
 import { createEvents } from "../src/events.ts";
 import { silentLogger } from "../src/logger.ts";
 import { createReaper } from "../src/worker/reaper.ts";
+import { pollUntil } from "./daemon-process.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
@@ -106,13 +107,15 @@ describe("reaper", () => {
     reaper.start();
     // Kill its connection server-side, as a Postgres restart or a proxy would,
     // once it has one (a loaded machine may take longer than a round).
-    let killed = 0;
-    for (let i = 0; i < 100 && killed === 0; i++) {
-      await Bun.sleep(20);
-      const rows = await db.sql`select pg_terminate_backend(pid) from pg_stat_activity
+    const killed = await pollUntil(
+      async () => {
+        const rows = await db.sql`select pg_terminate_backend(pid) from pg_stat_activity
                   where datname = current_database() and application_name = 'reaper-under-test'`;
-      killed = rows.length;
-    }
+        return rows.length > 0 ? rows.length : undefined;
+      },
+      2_000,
+      "the reaper's connection",
+    );
     expect(killed).toBe(1);
     await enqueue(db.sql, { queue: "s", kind: "k" });
     await lease("s", "A", 1);
