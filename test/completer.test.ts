@@ -79,3 +79,47 @@ test("by default one batch is written at a time, however many completions wait",
     await pool.close();
   }
 });
+
+test("submit tells each callback once, with its own context: committed, or lost; one that throws does not hold up the rest", async () => {
+  const queue = "cb5";
+  const [a, b, c] = (await leaseNew(db.sql, queue, "W", 3)) as [Lease, Lease, Lease];
+  const completer = createCompleter(db.sql, "W", silentLogger);
+  const told: [string, boolean, unknown][] = [];
+  const settle = (ctx: string, committed: boolean, error: unknown) => {
+    told.push([ctx, committed, error]);
+    if (ctx === "a") throw new Error("a callback that throws");
+  };
+  completer.submit(a, "a", settle);
+  // A stale token: the fence matches no row, nothing is written.
+  completer.submit({ ...b, version: b.version + 1 }, "b", settle);
+  completer.submit(c, "c", settle);
+  await completer.flush();
+  expect(told).toEqual([
+    ["a", true, undefined],
+    ["b", false, undefined],
+    ["c", true, undefined],
+  ]);
+  const rows = await db.sql<{ id: string; state: string }[]>`
+    select id, state from conveyor_jobs where queue = ${queue} order by id`;
+  expect(rows.map((r) => [r.id, r.state])).toEqual([
+    [a.id, "completed"],
+    [b.id, "running"],
+    [c.id, "completed"],
+  ]);
+});
+
+test("submit passes the error once a batch is given up after its retries, and writes nothing", async () => {
+  const queue = "cb6";
+  const [a] = (await leaseNew(db.sql, queue, "W", 1)) as [Lease];
+  const sql = db.connect({ max: 1 });
+  await sql.end();
+  const completer = createCompleter(sql, "W", silentLogger);
+  const told: [boolean, unknown][] = [];
+  completer.submit(a, undefined, (_ctx, committed, error) => told.push([committed, error]));
+  await completer.flush();
+  expect(told).toHaveLength(1);
+  expect(told[0]?.[0]).toBe(false);
+  expect(told[0]?.[1]).toBeInstanceOf(Error);
+  const [row] = await db.sql<{ state: string }[]>`select state from conveyor_jobs where id = ${a.id}`;
+  expect(row?.state).toBe("running");
+});

@@ -2,11 +2,19 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fc from "fast-check";
 import postgres from "postgres";
+import type { LeasedRow } from "../src/db/fetch.ts";
 import { enqueueMany } from "../src/enqueue.ts";
 import { createEvents } from "../src/events.ts";
 import { silentLogger } from "../src/logger.ts";
 import { createProducer } from "../src/worker/producer.ts";
 import { countingPool, type TestDb, testDatabase } from "./harness.ts";
+
+/** A producer's execute that runs `fn` and says the job is over when it settles, as the executor does. */
+const executing =
+  (fn: (row: LeasedRow, handlerDone: () => void) => Promise<void>) =>
+  (row: LeasedRow, _leaseMs: number, handlerDone: () => void, over: () => void) => {
+    fn(row, handlerDone).then(over, over);
+  };
 
 let db: TestDb;
 beforeAll(async () => {
@@ -42,12 +50,12 @@ async function backlogProducer(
     fetchBatch: 500,
     leaseMs: 30_000,
     pollIntervalMs: 60_000,
-    execute: async (_row, _leaseMs, handlerDone) => {
+    execute: executing(async (_row, handlerDone) => {
       counts.sentWhenRun.push(pool.sent());
       counts.ranAt.push(performance.now());
       if (counts.ran++ === 0) Bun.sleepSync(o.busyFirstMs ?? 0);
       handlerDone();
-    },
+    }),
     logger: silentLogger,
     events: createEvents(),
     ...(o.fetchesInFlight === undefined ? {} : { fetchesInFlight: o.fetchesInFlight }),
@@ -111,7 +119,7 @@ test("after a failed fetch the producer waits for its backoff before the next", 
     fetchBatch: 10,
     leaseMs: 30_000,
     pollIntervalMs: 60_000,
-    execute: async () => {},
+    execute: executing(async () => {}),
     logger: silentLogger,
     events,
   });
@@ -160,7 +168,7 @@ test("any concurrency, fetch size and backlog: each job leased once, at most fet
           fetchBatch,
           leaseMs: 30_000,
           pollIntervalMs: 60_000,
-          execute: async (row, _leaseMs, handlerDone) => {
+          execute: executing(async (row, handlerDone) => {
             active++;
             maxActive = Math.max(maxActive, active);
             seen.push(row.id);
@@ -168,7 +176,7 @@ test("any concurrency, fetch size and backlog: each job leased once, at most fet
             active--;
             handlerDone();
             if (seen.length === n) allSeen();
-          },
+          }),
           logger: silentLogger,
           events: createEvents(),
         });
@@ -209,10 +217,10 @@ function recordingProducer(queue: string, concurrency: number, fetchBatch = conc
     fetchBatch,
     leaseMs: 30_000,
     pollIntervalMs: 60_000,
-    execute: async (row, _leaseMs, handlerDone) => {
+    execute: executing(async (row, handlerDone) => {
       ran.push(row.id);
       handlerDone();
-    },
+    }),
     logger: silentLogger,
     events: createEvents(),
   });

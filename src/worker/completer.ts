@@ -38,9 +38,25 @@ export const COMPLETER_CONCURRENCY = 1;
  */
 export const COMPLETER_SECOND_BATCH_MIN = 64;
 
+/**
+ * Told once what became of a completion handed to submit(): committed, or
+ * not (the lease was lost, nothing written; or `error` when the batch was
+ * given up after its retries). Called with the caller's `ctx`, so that one
+ * function serves every job and nothing is made per job but the queue entry.
+ */
+export type Settle<C> = (ctx: C, committed: boolean, error: unknown) => void;
+
 export interface Completer {
   /** Resolves true when committed, false when the lease was lost (nothing written). */
   complete(item: Completion): Promise<boolean>;
+  /**
+   * As complete(), without a promise: `settle(ctx, …)` is called when the
+   * batch is written. The executor's path for every plain completion: a
+   * promise per job, its resolving functions and the turn of the microtask
+   * queue that resumes its awaiter cost the busy worker more than the
+   * callback.
+   */
+  submit<C>(item: Completion, ctx: C, settle: Settle<C>): void;
   /** Resolves when everything handed in so far has been written or given up. */
   flush(): Promise<void>;
   readonly pending: number;
@@ -48,8 +64,27 @@ export interface Completer {
 
 interface Waiting {
   item: Completion;
+  ctx: unknown;
+  settle: Settle<unknown>;
+}
+
+/** complete()'s promise, settled through submit(). */
+interface Resolvers {
   resolve: (committed: boolean) => void;
   reject: (error: unknown) => void;
+}
+const settlePromise: Settle<Resolvers> = (r, committed, error) => {
+  if (error === undefined) r.resolve(committed);
+  else r.reject(error);
+};
+
+/** One waiter told; a callback that throws must not keep the rest of its batch waiting. */
+function tell(w: Waiting, committed: boolean, error: unknown, logger: Logger) {
+  try {
+    w.settle(w.ctx, committed, error);
+  } catch (e) {
+    logger.error("a completion's callback threw", { jobId: w.item.id, error: e });
+  }
 }
 
 export function createCompleter(
@@ -77,7 +112,7 @@ export function createCompleter(
           "completion batch",
           deadlineMs,
         );
-        for (const w of batch) w.resolve(done.has(w.item.id));
+        for (const w of batch) tell(w, done.has(w.item.id), undefined, logger);
         return;
       } catch (error) {
         lastError = error;
@@ -93,7 +128,8 @@ export function createCompleter(
       }
     }
     // Give up: leases expire and the reaper makes the jobs runnable again.
-    for (const w of batch) w.reject(lastError);
+    for (const w of batch)
+      tell(w, false, lastError ?? new Error("completion batch failed"), logger);
   };
 
   // Batches being written, at most batchesInFlight.
@@ -122,9 +158,13 @@ export function createCompleter(
   return {
     complete(item) {
       return new Promise((resolve, reject) => {
-        queue.push({ item, resolve, reject });
+        queue.push({ item, ctx: { resolve, reject }, settle: settlePromise as Settle<unknown> });
         schedule();
       });
+    },
+    submit(item, ctx, settle) {
+      queue.push({ item, ctx, settle: settle as Settle<unknown> });
+      schedule();
     },
     async flush() {
       // Queued items are either being written soon (a pump is scheduled) or

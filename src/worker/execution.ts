@@ -13,6 +13,12 @@ export interface Execution {
    * cost 3-4% of the worker's CPU for handlers that never look at it.
    */
   controller: AbortController | undefined;
+  /** The handler's timeout (HandlerSpec.timeoutMs), until its outcome is written. */
+  timer: ReturnType<typeof setTimeout> | undefined;
+  /** How long the handler ran, for job:completed once the completion commits. */
+  durationMs: number;
+  /** The executor's caller's callback, called once when the execution is over. */
+  whenOver: (() => void) | undefined;
   /** ctx.transaction()'s transaction has begun: the row is locked by us, heartbeats skip it. */
   inTransaction: boolean;
   /** The handler returned; its outcome write is queued or in flight. */
@@ -39,10 +45,15 @@ export function doneOf(e: Execution): Promise<void> {
   return e.done;
 }
 
-/** Marks the execution over and settles doneOf's promise, if one was asked for. */
+/**
+ * Marks the execution over, settles doneOf's promise if one was asked for,
+ * and tells the executor's caller.
+ */
 export function endExecution(e: Execution): void {
+  if (e.over) return;
   e.over = true;
   e.finish?.();
+  e.whenOver?.();
 }
 
 export function abortExecution(e: Execution, reason: unknown): void {
