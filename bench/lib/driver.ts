@@ -15,6 +15,7 @@
 //   enqueue call returned (its commit acknowledged), which can be negative:
 //   a worker woken by the commit may start before the client hears back.
 // - rss: the process samples its own RSS on a timer while it drains a backlog.
+import { readdirSync, readFileSync } from "node:fs";
 import postgres from "postgres";
 import { RESULT_PREFIX, type Result, type RssSample, type Task } from "./protocol.ts";
 import { type ServerCpu, serverCpu } from "./server-cpu.ts";
@@ -152,6 +153,46 @@ async function settle(url: string): Promise<ServerCpu | undefined> {
 const payloads = (from: number, count: number): Payload[] =>
   Array.from({ length: count }, (_, k) => ({ i: from + k }));
 
+/**
+ * CPU ms so far of each live thread of this process, keyed by thread id:
+ * its name and /proc's schedstat (nanoseconds on the CPU). Undefined
+ * where /proc does not show them. Node and Bun children alike.
+ */
+function threadCpu(): Map<string, [string, number]> | undefined {
+  const out = new Map<string, [string, number]>();
+  try {
+    for (const tid of readdirSync("/proc/self/task")) {
+      try {
+        const dir = `/proc/self/task/${tid}`;
+        const name = readFileSync(`${dir}/comm`, "utf8")
+          .trim()
+          .replace(/[\s#]*\d+$/, "");
+        const ns = Number(readFileSync(`${dir}/schedstat`, "utf8").split(" ")[0]);
+        out.set(tid, [name, ns / 1e6]);
+      } catch {
+        // the thread ended between the listing and the read
+      }
+    }
+  } catch {
+    return undefined;
+  }
+  return out;
+}
+
+/** CPU ms by thread name between two threadCpu() readings; a thread born in between counts whole. */
+function threadCpuBetween(
+  before: Map<string, [string, number]> | undefined,
+  after: Map<string, [string, number]> | undefined,
+): Record<string, number> | undefined {
+  if (!before || !after) return undefined;
+  const by: Record<string, number> = {};
+  for (const [tid, [name, ms]] of after) {
+    by[name] = (by[name] ?? 0) + ms - (before.get(tid)?.[1] ?? 0);
+  }
+  for (const name of Object.keys(by)) by[name] = round(by[name] as number, 1);
+  return by;
+}
+
 async function throughput(task: Task, a: Adapter): Promise<Result> {
   await a.setup();
   await a.preload(task.n);
@@ -159,10 +200,13 @@ async function throughput(task: Task, a: Adapter): Promise<Result> {
   const started = counter();
   let first = 0;
   let cpuAtFirst = process.cpuUsage();
+  let threadsAtFirst = threadCpu();
   let serverAtFirst = 0;
   const t0 = nowMs();
   await a.start(() => {
     if (started.value === 0) {
+      // Before the clock starts: reading the threads takes a few hundred µs.
+      threadsAtFirst = threadCpu();
       first = nowMs();
       cpuAtFirst = process.cpuUsage();
       // About 0.2 ms, inside the window: the same for every PostgreSQL system.
@@ -174,6 +218,7 @@ async function throughput(task: Task, a: Adapter): Promise<Result> {
   await a.waitCompleted(task.n);
   const end = nowMs();
   const cpu = process.cpuUsage(cpuAtFirst);
+  const threads = threadCpuBetween(threadsAtFirst, threadCpu());
   const serverMs = server ? server.sample() - serverAtFirst : undefined;
   await a.close();
   const elapsedMs = end - first;
@@ -183,6 +228,7 @@ async function throughput(task: Task, a: Adapter): Promise<Result> {
     startupMs: round(first - t0, 1),
     cpuMs: round((cpu.user + cpu.system) / 1000, 1),
     ...(serverMs === undefined ? {} : { serverCpuMs: round(serverMs, 1) }),
+    ...(threads ? { threadCpuMs: threads } : {}),
     runtime: runtimeName(),
   };
 }

@@ -64,6 +64,14 @@ export interface Result {
    * the same window (bench/lib/server-cpu.ts), when /proc shows them.
    */
   serverCpuMs?: number;
+  /**
+   * throughput: `cpuMs` by thread, in ms, when /proc shows this process's
+   * threads: the main thread, JavaScriptCore's compilers (JITWorker), its
+   * GC helpers (HeapHelper) and block warm-up (JSCWarmUp), the allocator's
+   * scavenger, and so on, by the name each thread gives itself (trailing
+   * digits dropped, so that numbered threads of one kind add up).
+   */
+  threadCpuMs?: Record<string, number>;
   /** latency (enqueue-to-start) and enqueue single (per call), in ms. */
   p50?: number;
   p95?: number;
