@@ -120,6 +120,8 @@ test("submit passes the error once a batch is given up after its retries, and wr
   expect(told).toHaveLength(1);
   expect(told[0]?.[0]).toBe(false);
   expect(told[0]?.[1]).toBeInstanceOf(Error);
-  const [row] = await db.sql<{ state: string }[]>`select state from conveyor_jobs where id = ${a.id}`;
+  const [row] = await db.sql<
+    { state: string }[]
+  >`select state from conveyor_jobs where id = ${a.id}`;
   expect(row?.state).toBe("running");
 });

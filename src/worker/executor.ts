@@ -269,20 +269,27 @@ export function createExecutor(d: ExecutorDeps) {
     ms: number,
     handlerDone: (() => void) | undefined,
   ): void {
-    // Now, not after the write: a timeout firing while the outcome is being
-    // written would stop the heartbeat for a job that already finished.
-    clearTimeout(exec.timer);
-    exec.finishing = true;
-    handlerDone?.();
-    if (
-      value === undefined &&
-      thrown === undefined &&
-      !exec.committed &&
-      !exec.released &&
-      !lostLease(exec)
-    ) {
-      exec.durationMs = ms;
-      d.completer.submit(exec.lease, exec, completed);
+    try {
+      // Now, not after the write: a timeout firing while the outcome is being
+      // written would stop the heartbeat for a job that already finished.
+      clearTimeout(exec.timer);
+      exec.finishing = true;
+      handlerDone?.();
+      if (
+        value === undefined &&
+        thrown === undefined &&
+        !exec.committed &&
+        !exec.released &&
+        !lostLease(exec)
+      ) {
+        exec.durationMs = ms;
+        d.completer.submit(exec.lease, exec, completed);
+        return;
+      }
+    } catch (error) {
+      // Nothing here throws but a caller's callback; the job must still end.
+      unrecorded(exec, error);
+      end(exec);
       return;
     }
     void settle(exec, spec, value, thrown, ms);
@@ -290,10 +297,14 @@ export function createExecutor(d: ExecutorDeps) {
 
   /** The completer's word on a plain completion. */
   const completed = (exec: Execution, committed: boolean, error: unknown) => {
-    if (committed) d.events.emit("job:completed", { job: exec.job, durationMs: exec.durationMs });
-    else if (error === undefined) stale(exec.job, "complete");
-    else unrecorded(exec, error);
-    end(exec);
+    try {
+      if (committed) {
+        d.events.emit("job:completed", { job: exec.job, durationMs: exec.durationMs });
+      } else if (error === undefined) stale(exec.job, "complete");
+      else unrecorded(exec, error);
+    } finally {
+      end(exec);
+    }
   };
 
   /** Every outcome but a plain completion. Never rejects. */
