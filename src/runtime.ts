@@ -1,8 +1,9 @@
 // Process-level settings of the daemon that must be in place before Bun
-// starts: its allocator (mimalloc) reads them from the environment once.
+// starts: its allocator (mimalloc) and JavaScriptCore read them from the
+// environment once.
 
 /**
- * mimalloc's purge delay, in ms: how long freed memory may stay unused before
+ * MIMALLOC_PURGE_DELAY: mimalloc's purge delay, in ms: how long freed memory may stay unused before
  * it is given back to the operating system. The default (10 ms) gives back,
  * and soon faults in again, the memory a busy worker frees between batches.
  * Per thread of a worker's process, 100,000 no-op jobs in batches of 2,000,
@@ -25,8 +26,23 @@
  * 10,000 (56,985 against 55,891). 1,000 ms was flat too but cost more
  * (8.8-9.5 µs per job, and 49,582 against 53,775 jobs/s in one of two
  * comparisons); 250 ms kept most of the default's cost.
+ *
+ * BUN_JSC_useWarmUpMarkedBlocks=0: JavaScriptCore's JSCWarmUp thread keeps
+ * a supply of fresh GC blocks whose pages it has already faulted in, so that
+ * the main thread does not take those faults while the heap grows. In a
+ * worker that frees most of what each batch allocated, it is busy all the
+ * time: 17-22 ms of the window of a 10,000-job drain and 72-85 ms of a
+ * 100,000-job one (bench/README.md, "Where the worker's time goes"), on
+ * cores the worker shares with PostgreSQL. Without it, the bench's Conveyor
+ * throughput cells (bench/ab.ts, 8 alternating rounds,
+ * results/ab-2026-12-05-warmup-off.json): worker CPU per job -2.12 µs at
+ * 10,000 jobs (lower in 8 of 8 rounds) and -1.24 µs at 100,000 (7 of 8);
+ * jobs/s x1.041 and x1.074 (faster in 5 and 5 of 8).
  */
-export const ALLOCATOR_ENV = { MIMALLOC_PURGE_DELAY: "10000" } as const;
+export const ALLOCATOR_ENV = {
+  MIMALLOC_PURGE_DELAY: "10000",
+  BUN_JSC_useWarmUpMarkedBlocks: "0",
+} as const;
 
 /** `env` with ALLOCATOR_ENV's variables added where it leaves them unset. */
 export function withAllocatorEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {

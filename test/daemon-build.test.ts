@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { copyFile } from "node:fs/promises";
 import path from "node:path";
+import { ALLOCATOR_ENV } from "../src/runtime.ts";
 import {
   cleanEnv,
   freePort,
@@ -138,7 +139,9 @@ describe("the compiled binary", () => {
         // The binary re-executed itself in place with its allocator setting
         // (src/runtime.ts), its own arguments intact (it answers on its port).
         const environ = await Bun.file(`/proc/${daemon.proc.pid}/environ`).text();
-        expect(environ.split("\0")).toContain("MIMALLOC_PURGE_DELAY=10000");
+        for (const [k, v] of Object.entries(ALLOCATOR_ENV)) {
+          expect(environ.split("\0")).toContain(`${k}=${v}`);
+        }
         const enq = await runConveyor(["enqueue", "default", "greet/hello", '{"name":"bin"}'], {
           cmd,
           cwd: dir,

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { chmod } from "node:fs/promises";
 import path from "node:path";
 import { enqueue } from "../src/enqueue.ts";
+import { ALLOCATOR_ENV } from "../src/runtime.ts";
 import {
   cleanEnv,
   type Daemon,
@@ -129,7 +130,9 @@ paused = true
     async () => {
       // Same pid as spawned (process.execve keeps it), and that process answers.
       const environ = await Bun.file(`/proc/${daemon.proc.pid}/environ`).text();
-      expect(environ.split("\0")).toContain("MIMALLOC_PURGE_DELAY=10000");
+      for (const [k, v] of Object.entries(ALLOCATOR_ENV)) {
+        expect(environ.split("\0")).toContain(`${k}=${v}`);
+      }
       expect((await fetch(`${base}/readyz`)).status).toBe(200);
     },
     T,
@@ -252,6 +255,8 @@ test(
       expect(environ.filter((e) => e.startsWith("MIMALLOC_PURGE_DELAY="))).toEqual([
         "MIMALLOC_PURGE_DELAY=25",
       ]);
+      // The variable left unset is still added.
+      expect(environ).toContain("BUN_JSC_useWarmUpMarkedBlocks=0");
     } finally {
       daemon.proc.kill("SIGKILL");
       await daemon.exited;
