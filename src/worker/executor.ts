@@ -195,7 +195,12 @@ export function createExecutor(d: ExecutorDeps) {
     }
   }
 
-  async function writeOutcome(exec: Execution, spec: HandlerSpec, value: unknown, ms: number) {
+  async function writeOutcome(
+    exec: Execution,
+    spec: HandlerSpec | undefined,
+    value: unknown,
+    ms: number,
+  ) {
     const { job, lease } = exec;
     const outcome = outcomeOf(value);
     if (outcome && outcomeKind(outcome) === "cancel") {
@@ -310,7 +315,7 @@ export function createExecutor(d: ExecutorDeps) {
   /** Every outcome but a plain completion. Never rejects. */
   async function settle(
     exec: Execution,
-    spec: HandlerSpec,
+    spec: HandlerSpec | undefined,
     value: unknown,
     thrown: { error: unknown } | undefined,
     ms: number,
@@ -360,22 +365,6 @@ export function createExecutor(d: ExecutorDeps) {
       thrown = { error };
     }
     finish(exec, spec, value, thrown, performance.now() - started, handlerDone);
-  }
-
-  /** A job of a kind with no handler: fetchJobs only leases kinds we handle, so a bug. */
-  async function noHandler(exec: Execution): Promise<void> {
-    try {
-      // Losing the job would be worse than the bug: record it and let it retry.
-      await fail(
-        exec,
-        undefined,
-        new ValidationError("kind", `no handler for kind ${exec.job.kind}`),
-      );
-    } catch (error) {
-      unrecorded(exec, error);
-    } finally {
-      end(exec);
-    }
   }
 
   /** The outcome write itself failed (connection lost, Postgres restarting). */
@@ -430,7 +419,10 @@ export function createExecutor(d: ExecutorDeps) {
     d.events.emit("job:started", { job });
     const spec = d.handlers.get(job.kind);
     if (!spec) {
-      void noHandler(exec);
+      // fetchJobs only leases kinds we handle; reaching here is a bug, but
+      // losing the job would be worse: record it as a failure and let it retry.
+      const error = new ValidationError("kind", `no handler for kind ${job.kind}`);
+      void settle(exec, undefined, undefined, { error }, 0);
       return;
     }
     if (spec.timeoutMs) {
