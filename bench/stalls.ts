@@ -39,8 +39,15 @@ const { values: opt } = parseArgs({
     out: { type: "string" },
   },
 });
-const RATE = Number(opt.rate);
-const N = Number(opt.n);
+function positive(name: string, value: string): number {
+  const v = Number(value);
+  if (!Number.isInteger(v) || v < 1)
+    throw new Error(`--${name} ${value}: expected a whole number above 0`);
+  return v;
+}
+const RATE = positive("rate", opt.rate);
+const N = positive("n", opt.n);
+const ROUNDS = positive("rounds", opt.rounds);
 const WARMUP = Math.round(N / 10);
 const VARIANTS = ["bare", "enqueue", "handoff"] as const;
 type Variant = (typeof VARIANTS)[number];
@@ -133,7 +140,7 @@ async function measure(url: string, variant: Variant) {
 const pg = await startBenchPostgres();
 const runs: Record<string, unknown>[] = [];
 try {
-  for (let round = 1; round <= Number(opt.rounds); round++) {
+  for (let round = 1; round <= ROUNDS; round++) {
     for (const variant of VARIANTS) {
       await pg.reset();
       const r = await measure(pg.url, variant);
@@ -163,7 +170,7 @@ writeFileSync(
       versions: versions(),
       postgres: PG_SETTINGS,
       bunEnv: Object.fromEntries(Object.keys(ALLOCATOR_ENV).map((k) => [k, process.env[k]])),
-      settings: { rate: RATE, n: N, warmup: WARMUP, rounds: Number(opt.rounds) },
+      settings: { rate: RATE, n: N, warmup: WARMUP, rounds: ROUNDS },
       runs,
     },
     null,
