@@ -23,6 +23,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
+import { positiveInt, positiveInts } from "./lib/args.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { median, round } from "./lib/stats.ts";
 import { type RunRecord, throughputTable } from "./lib/summary.ts";
@@ -39,8 +40,8 @@ const { values: opt } = parseArgs({
     out: { type: "string" },
   },
 });
-const ROUNDS = Number(opt.rounds);
-const SIZES = String(opt.sizes).split(",").map(Number);
+const ROUNDS = positiveInt("rounds", String(opt.rounds));
+const SIZES = positiveInts("sizes", String(opt.sizes));
 const PATCH = opt.patch ? path.resolve(opt.patch) : undefined;
 const HEAD_ENV = Object.fromEntries(
   (opt["head-env"] ?? []).map((kv) => {

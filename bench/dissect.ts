@@ -39,6 +39,7 @@ import { fencedBatch } from "../src/db/db.ts";
 import { fetchJobs } from "../src/db/fetch.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { completeJobsIdempotent } from "../src/db/outcome.ts";
+import { positiveInt, positiveInts } from "./lib/args.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { MINIMAL_TABLE_DDL } from "./lib/minimal-table.ts";
 import { serverCpu } from "./lib/server-cpu.ts";
@@ -55,10 +56,10 @@ const { values: opt } = parseArgs({
     out: { type: "string" },
   },
 });
-const SIZES = String(opt.sizes).split(",").map(Number);
-const ROUNDS = Number(opt.rounds);
-const LOOPS = Number(opt.loops);
-const BATCH = Number(opt.batch);
+const SIZES = positiveInts("sizes", String(opt.sizes));
+const ROUNDS = positiveInt("rounds", String(opt.rounds));
+const LOOPS = positiveInt("loops", String(opt.loops));
+const BATCH = positiveInt("batch", String(opt.batch));
 const TIME_LIMIT_MS = 120_000;
 const QUEUE = "bench";
 const KIND = "noop";

@@ -23,10 +23,11 @@ import { enqueue } from "../src/enqueue.ts";
 import { silentLogger } from "../src/logger.ts";
 import { ALLOCATOR_ENV, execWithAllocatorSettings } from "../src/runtime.ts";
 import { createWorker } from "../src/worker/worker.ts";
-import { ENQUEUE_POOL, nowMs, openLoop, sleep } from "./lib/driver.ts";
+import { positiveInt } from "./lib/args.ts";
+import { ENQUEUE_POOL, nowMs, openLoop, pollUntil, sleep } from "./lib/driver.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { PG_SETTINGS, startBenchPostgres } from "./lib/services.ts";
-import { summarize } from "./lib/stats.ts";
+import { round, summarize } from "./lib/stats.ts";
 
 // The daemon's runtime settings, as the bench's Bun children get them.
 execWithAllocatorSettings();
@@ -39,23 +40,16 @@ const { values: opt } = parseArgs({
     out: { type: "string" },
   },
 });
-function positive(name: string, value: string): number {
-  const v = Number(value);
-  if (!Number.isInteger(v) || v < 1)
-    throw new Error(`--${name} ${value}: expected a whole number above 0`);
-  return v;
-}
-const RATE = positive("rate", opt.rate);
-const N = positive("n", opt.n);
-const ROUNDS = positive("rounds", opt.rounds);
+const RATE = positiveInt("rate", opt.rate);
+const N = positiveInt("n", opt.n);
+const ROUNDS = positiveInt("rounds", opt.rounds);
 const WARMUP = Math.round(N / 10);
 const VARIANTS = ["bare", "enqueue", "handoff"] as const;
 type Variant = (typeof VARIANTS)[number];
 
-const round2 = (v: number) => Math.round(v * 100) / 100;
 const pct = (values: number[]) => {
   const s = summarize(values);
-  return { p50: round2(s.p50), p95: round2(s.p95), p99: round2(s.p99), max: round2(s.max) };
+  return { p50: round(s.p50, 2), p95: round(s.p95, 2), p99: round(s.p99, 2), max: round(s.max, 2) };
 };
 
 async function measure(url: string, variant: Variant) {
@@ -97,7 +91,7 @@ async function measure(url: string, variant: Variant) {
   let last = t0;
   const timer = setInterval(() => {
     const now = nowMs();
-    if (now - last > 5) lags.push([round2(now - last), round2((now - t0) / 1000)]);
+    if (now - last > 5) lags.push([round(now - last, 2), round((now - t0) / 1000, 2)]);
     last = now;
   }, 1);
   await openLoop(RATE, total, (i, at) => {
@@ -108,8 +102,8 @@ async function measure(url: string, variant: Variant) {
   });
   clearInterval(timer);
   if (worker) {
-    const deadline = Date.now() + 10_000;
-    while (started < total + ENQUEUE_POOL && Date.now() < deadline) await sleep(5);
+    // Every job started, or the run fails: a missing start is not a latency.
+    await pollUntil(() => started >= total + ENQUEUE_POOL, 5, 10_000);
     await worker.stop();
   }
   await sql.end();
@@ -124,7 +118,7 @@ async function measure(url: string, variant: Variant) {
   const slowest = series
     .map(
       (ms, k) =>
-        [round2(ms), round2(((call[k + WARMUP] as number) - t0) / 1000)] as [number, number],
+        [round(ms, 2), round(((call[k + WARMUP] as number) - t0) / 1000, 2)] as [number, number],
     )
     .sort((a, b) => b[0] - a[0])
     .slice(0, Math.ceil(series.length / 100))
