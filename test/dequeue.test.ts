@@ -75,7 +75,10 @@ describe("dequeue", () => {
         micros(now - 1_000_000),
         micros(4_000_000_000_000_000),
         fc.integer({ min: 0, max: 3 }),
-        async (runUs, createdUs, attempts) => {
+        // The fetch sends created_at only when it differs from run_at.
+        fc.boolean(),
+        async (runUs, otherUs, attempts, same) => {
+          const createdUs = same ? runUs : otherUs;
           await db.sql`truncate conveyor_jobs`;
           await db.sql`
           insert into conveyor_jobs (queue, kind, run_at, created_at, attempts, max_attempts, lease_version)

@@ -74,9 +74,18 @@ export async function fetchJobs(db: Db, p: FetchParams): Promise<LeasedRow[]> {
           order by priority, run_at, id
           limit ${p.limit}
           for update skip locked))
-      returning j.id, concat_ws(' ', ${packedNumbers(db)}, array_position(${p.kinds}::text[], j.kind)) as n,
+      returning j.id,
+                concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+                          floor(date_part('epoch', j.run_at) * 1000)::int8,
+                          case when j.created_at <> j.run_at
+                               then floor(date_part('epoch', j.created_at) * 1000)::int8::text
+                               else '' end,
+                          array_position(${p.kinds}::text[], j.kind)) as n,
                 j.payload, j.idempotency_key, j.traceparent, j.tracestate, j.errors)
-    select string_agg(n, ' ') as n, json_agg(payload) as payloads,
+    select string_agg(n, ' ') as n,
+           floor(date_part('epoch', now() + ${p.leaseMs}::float8 * interval '1 millisecond')
+                 * 1000)::int8::text as lease_expires_at_ms,
+           json_agg(payload) as payloads,
            json_agg(traceparent) as traceparents,
            json_object_agg(id, json_build_array(idempotency_key, tracestate,
                                                 case when errors <> '[]'::jsonb then errors end))
@@ -116,37 +125,67 @@ const INLINE_BYTES = 2_000;
  * server's about as much as before (24.0-30.4 against 23.1-28.3 µs; the
  * size and compression checks cost part of it), and the loop ran
  * 48,282-64,385 -> 52,469-65,142 jobs/s, each round faster than its pair.
+ *
+ * Every job of a fetch gets the same lease expiry (now() is the
+ * statement's transaction time), so the group sends it once, and a job's
+ * created_at only when it differs from its run_at (as it does not for a
+ * job enqueued to run now): fewer epoch conversions for the server, the
+ * costliest part of each job's numbers. Through the bench's Conveyor
+ * throughput cells (bench/ab.ts, 8 alternating rounds,
+ * results/ab-2026-12-05-epoch-once.json): the server's CPU per job -0.47
+ * and -0.42 µs at 10,000 and 100,000 jobs, jobs/s x1.05 and x1.032
+ * (faster in 5 and 6 of 8 rounds).
  */
 interface LeasedGroup {
   n: string;
+  lease_expires_at_ms: string;
   payloads: JsonValue[];
   traceparents: (string | null)[];
   rare: Record<string, [string | null, string | null, AttemptError[] | null]> | null;
 }
 
 function unpackGroup(g: LeasedGroup, queue: string, kinds: string[], out: LeasedRow[]): void {
-  // Per job, packedNumbers' eight fields and the kind's index in `kinds`.
+  // Per job: id, version, priority, attempts, max attempts, run_at, created_at
+  // (empty when it equals run_at) and the kind's index in `kinds`. Every job of
+  // the batch got the same lease expiry, sent once.
   const f = g.n.split(" ");
+  const leaseExpiresAtMs = Number(g.lease_expires_at_ms);
   for (let i = 0; i < g.payloads.length; i++) {
-    const k = i * 9;
-    const rare = g.rare?.[f[k] as string];
-    out.push(
-      fromPacked(
-        f,
-        k,
-        queue,
-        kinds[Number(f[k + 8]) - 1] as string,
-        g.payloads[i] as JsonValue,
-        rare ? rare[0] : null,
-        g.traceparents[i] ?? null,
-        rare ? rare[1] : null,
-        rare ? rare[2] : null,
-      ),
-    );
+    const k = i * 8;
+    const id = f[k] as string;
+    const rare = g.rare?.[id];
+    const runAtMs = Number(f[k + 5]);
+    const created = f[k + 6] as string;
+    out.push({
+      id,
+      queue,
+      kind: kinds[Number(f[k + 7]) - 1] as string,
+      payload: g.payloads[i] as JsonValue,
+      priority: Number(f[k + 2]),
+      attempts: Number(f[k + 3]),
+      max_attempts: Number(f[k + 4]),
+      lease_version: f[k + 1] as string,
+      idempotency_key: rare ? rare[0] : null,
+      traceparent: g.traceparents[i] ?? null,
+      tracestate: rare ? rare[1] : null,
+      run_at_ms: runAtMs,
+      created_at_ms: created === "" ? runAtMs : Number(created),
+      lease_expires_at_ms: leaseExpiresAtMs,
+      errors: rare ? rare[2] : null,
+    });
   }
 }
 
-/** A leased row `j`'s eight numbers in one text column, as unpack() reads them. */
+/**
+ * A leased row `j`'s eight numbers in one text column, as unpack() reads
+ * them: the hand-off's insert (src/db/enqueue.ts) returns its one row so.
+ * postgres.js decodes every column with its own Buffer.toString call, and
+ * those calls were the largest single cost of the worker (26% of its CPU
+ * at 100,000 no-op jobs with 15 columns) before the fetch packed its
+ * numbers too (it now packs a whole batch, above). Kinds and queues never
+ * contain spaces (KIND_RE), but the kind is its own column anyway: a row
+ * inserted by hand must not break the parse.
+ */
 export function packedNumbers(db: Db) {
   return db`concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
                       floor(date_part('epoch', j.run_at) * 1000)::int8,
@@ -154,14 +193,6 @@ export function packedNumbers(db: Db) {
                       floor(date_part('epoch', j.lease_expires_at) * 1000)::int8)`;
 }
 
-/**
- * The numbers of a leased row come packed in one text column: postgres.js
- * decodes every column with its own Buffer.toString call, and those calls
- * were the largest single cost of the worker (26% of its CPU at 100,000
- * no-op jobs with 15 columns). Eight numbers in one column are one call and
- * one split. Kinds and queues never contain spaces (KIND_RE), but the kind is
- * its own column anyway: a row inserted by hand must not break the parse.
- */
 export interface PackedRow {
   n: string;
   kind: string;
@@ -172,50 +203,24 @@ export interface PackedRow {
   errors: AttemptError[] | null;
 }
 
+/** A leased job from a row with packedNumbers' column `n`. */
 export function unpack(r: PackedRow, queue: string): LeasedRow {
-  return fromPacked(
-    r.n.split(" "),
-    0,
-    queue,
-    r.kind,
-    r.payload,
-    r.idempotency_key,
-    r.traceparent,
-    r.tracestate,
-    r.errors,
-  );
-}
-
-/**
- * A leased job from packedNumbers' eight fields, starting at f[k], and its
- * other columns. Arguments, not an object: fetchJobs calls it per job.
- */
-function fromPacked(
-  f: string[],
-  k: number,
-  queue: string,
-  kind: string,
-  payload: JsonValue,
-  idempotencyKey: string | null,
-  traceparent: string | null,
-  tracestate: string | null,
-  errors: AttemptError[] | null,
-): LeasedRow {
+  const f = r.n.split(" ");
   return {
-    id: f[k] as string,
+    id: f[0] as string,
     queue,
-    kind,
-    payload,
-    priority: Number(f[k + 2]),
-    attempts: Number(f[k + 3]),
-    max_attempts: Number(f[k + 4]),
-    lease_version: f[k + 1] as string,
-    idempotency_key: idempotencyKey,
-    traceparent,
-    tracestate,
-    run_at_ms: Number(f[k + 5]),
-    created_at_ms: Number(f[k + 6]),
-    lease_expires_at_ms: Number(f[k + 7]),
-    errors,
+    kind: r.kind,
+    payload: r.payload,
+    priority: Number(f[2]),
+    attempts: Number(f[3]),
+    max_attempts: Number(f[4]),
+    lease_version: f[1] as string,
+    idempotency_key: r.idempotency_key,
+    traceparent: r.traceparent,
+    tracestate: r.tracestate,
+    run_at_ms: Number(f[5]),
+    created_at_ms: Number(f[6]),
+    lease_expires_at_ms: Number(f[7]),
+    errors: r.errors,
   };
 }
