@@ -131,10 +131,12 @@ const INLINE_BYTES = 2_000;
  * created_at only when it differs from its run_at (as it does not for a
  * job enqueued to run now): fewer epoch conversions for the server, the
  * costliest part of each job's numbers. Through the bench's Conveyor
- * throughput cells (bench/ab.ts, 8 alternating rounds,
- * results/ab-2026-12-05-epoch-once.json): the server's CPU per job -0.47
- * and -0.42 µs at 10,000 and 100,000 jobs, jobs/s x1.05 and x1.032
- * (faster in 5 and 6 of 8 rounds).
+ * throughput cells (bench/ab.ts, 8 alternating rounds, twice:
+ * results/ab-2026-12-05-epoch-once.json and -epoch-once-confirm.json):
+ * the server's CPU per job -0.47 and -0.92 µs at 10,000 jobs, -0.42 and
+ * -0.14 at 100,000; jobs/s x1.05 and x1.029 (faster in 5 of 8 both
+ * times), x1.032 and x1.005 (6 and 4 of 8). Small, and at 100,000 within
+ * the host's drift, but never more work for the server.
  */
 interface LeasedGroup {
   n: string;
