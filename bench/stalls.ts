@@ -27,7 +27,7 @@ import { positiveInt } from "./lib/args.ts";
 import { ENQUEUE_POOL, nowMs, openLoop, pollUntil, sleep } from "./lib/driver.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { PG_SETTINGS, startBenchPostgres } from "./lib/services.ts";
-import { round, summarize } from "./lib/stats.ts";
+import { round, roundAll, summarize } from "./lib/stats.ts";
 
 // The daemon's runtime settings, as the bench's Bun children get them.
 execWithAllocatorSettings();
@@ -48,8 +48,8 @@ const VARIANTS = ["bare", "enqueue", "handoff"] as const;
 type Variant = (typeof VARIANTS)[number];
 
 const pct = (values: number[]) => {
-  const s = summarize(values);
-  return { p50: round(s.p50, 2), p95: round(s.p95, 2), p99: round(s.p99, 2), max: round(s.max, 2) };
+  const { p50, p95, p99, max } = roundAll(summarize(values), 2);
+  return { p50, p95, p99, max };
 };
 
 async function measure(url: string, variant: Variant) {
@@ -134,17 +134,17 @@ async function measure(url: string, variant: Variant) {
 const pg = await startBenchPostgres();
 const runs: Record<string, unknown>[] = [];
 try {
-  for (let round = 1; round <= ROUNDS; round++) {
+  for (let rnd = 1; rnd <= ROUNDS; rnd++) {
     for (const variant of VARIANTS) {
       await pg.reset();
       const r = await measure(pg.url, variant);
       const s = r.start ?? r.ack;
       console.log(
-        `round ${round} ${variant.padEnd(8)} p50 ${s.p50} p95 ${s.p95} p99 ${s.p99} max ${s.max} ms; ` +
+        `round ${rnd} ${variant.padEnd(8)} p50 ${s.p50} p95 ${s.p95} p99 ${s.p99} max ${s.max} ms; ` +
           `loop lags > 5 ms: ${r.loopLags.length}, longest ${Math.max(0, ...r.loopLags.map((l) => l[0]))} ms`,
       );
       console.log(`  slowest 1% (ms@s): ${r.slowest.map(([ms, s]) => `${ms}@${s}`).join(" ")}`);
-      runs.push({ round, variant, ...r });
+      runs.push({ round: rnd, variant, ...r });
     }
   }
 } finally {

@@ -19,7 +19,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import postgres from "postgres";
 import { RESULT_PREFIX, type Result, type RssSample, type Task } from "./protocol.ts";
 import { type ServerCpu, serverCpu } from "./server-cpu.ts";
-import { round, slope, summarize } from "./stats.ts";
+import { round, roundAll, slope, summarize } from "./stats.ts";
 
 export interface Payload {
   i: number;
@@ -291,12 +291,6 @@ async function latency(task: Task, a: Adapter): Promise<Result> {
     achievedRate: round(((total - 1) / (lastIssue - begin)) * 1000, 1),
     runtime: runtimeName(),
   };
-}
-
-function roundAll<T extends Record<string, number>>(o: T): T {
-  const out = { ...o };
-  for (const k of Object.keys(out)) (out as Record<string, number>)[k] = round(o[k] as number, 3);
-  return out;
 }
 
 async function enqueue(task: Task, a: Adapter): Promise<Result> {

@@ -60,3 +60,11 @@ export const round = (v: number, digits = 0) => {
   const f = 10 ** digits;
   return Math.round(v * f) / f;
 };
+
+/** Every field of `o` rounded to `digits` places. */
+export function roundAll<T extends Record<string, number>>(o: T, digits = 3): T {
+  const out = { ...o };
+  for (const k of Object.keys(out))
+    (out as Record<string, number>)[k] = round(o[k] as number, digits);
+  return out;
+}
