@@ -30,54 +30,135 @@ test("completions handed in during one turn of the event loop share one statemen
 
 /**
  * One completion, then `more` 30 ms later, through a pool 100 ms away each
- * way (the first batch cannot be back within 200 ms). Returns 60 ms after
- * that, with the pool (its statements counted so far) and every completion.
+ * way (the first batch cannot be back within 200 ms). Returns the statements
+ * sent 60 ms after that (before any could be back), the total once all are
+ * written, whether every one committed, and the jobs completed.
  */
-async function firstThenMore(queue: string, more: number, batchesInFlight?: number) {
+async function firstThenMore(
+  queue: string,
+  more: number,
+  batchesInFlight?: number,
+  fetchIdle?: () => boolean,
+) {
   const [a, ...rest] = await leaseNew(db.sql, queue, "W", 1 + more);
   const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
-  const completer = createCompleter(pool.sql, "W", silentLogger, undefined, batchesInFlight);
-  const first = completer.complete(a as Lease);
-  await Bun.sleep(30);
-  const done = Promise.all([first, ...rest.map((l) => completer.complete(l))]);
-  await Bun.sleep(60);
-  return { pool, done };
+  try {
+    const completer = createCompleter(
+      pool.sql,
+      "W",
+      silentLogger,
+      undefined,
+      batchesInFlight,
+      fetchIdle,
+    );
+    const first = completer.complete(a as Lease);
+    await Bun.sleep(30);
+    const done = Promise.all([first, ...rest.map((l) => completer.complete(l))]);
+    await Bun.sleep(60);
+    const atOnce = pool.sent();
+    const all = (await done).every((d) => d);
+    const [c] =
+      await db.sql`select count(*)::int as n from conveyor_jobs where queue = ${queue} and state = 'completed'`;
+    return { atOnce, total: pool.sent(), all, completed: c?.n };
+  } finally {
+    await pool.close();
+  }
 }
 
 test("a few completions wait for the batch being written, then go together", async () => {
-  const { pool, done } = await firstThenMore("cb2", 2);
-  try {
-    expect(pool.sent()).toBe(1);
-    expect(await done).toEqual([true, true, true]);
-    expect(pool.sent()).toBe(2);
-  } finally {
-    await pool.close();
-  }
+  expect(await firstThenMore("cb2", 2)).toEqual({ atOnce: 1, total: 2, all: true, completed: 3 });
 });
 
 test("with two batches allowed, a second goes at once when enough completions wait", async () => {
-  const { pool, done } = await firstThenMore("cb3", COMPLETER_SECOND_BATCH_MIN, 2);
-  try {
-    expect(pool.sent()).toBe(2);
-    expect((await done).every((d) => d)).toBe(true);
-    const [n] =
-      await db.sql`select count(*)::int as n from conveyor_jobs where queue = 'cb3' and state = 'completed'`;
-    expect(n?.n).toBe(1 + COMPLETER_SECOND_BATCH_MIN);
-  } finally {
-    await pool.close();
-  }
+  const n = 1 + COMPLETER_SECOND_BATCH_MIN;
+  expect(await firstThenMore("cb3", COMPLETER_SECOND_BATCH_MIN, 2)).toEqual({
+    atOnce: 2,
+    total: 2,
+    all: true,
+    completed: n,
+  });
 });
 
 test("by default one batch is written at a time, however many completions wait", async () => {
-  const { pool, done } = await firstThenMore("cb4", COMPLETER_SECOND_BATCH_MIN);
+  // The rest went together in one statement after the first committed.
+  expect(await firstThenMore("cb4", COMPLETER_SECOND_BATCH_MIN)).toEqual({
+    atOnce: 1,
+    total: 2,
+    all: true,
+    completed: 1 + COMPLETER_SECOND_BATCH_MIN,
+  });
+});
+
+test("while no fetch is in flight, a second batch goes at once when enough completions wait; a few still wait", async () => {
+  const idle = () => true;
+  expect(await firstThenMore("cb7", COMPLETER_SECOND_BATCH_MIN, undefined, idle)).toEqual({
+    atOnce: 2,
+    total: 2,
+    all: true,
+    completed: 1 + COMPLETER_SECOND_BATCH_MIN,
+  });
+  expect(await firstThenMore("cb8", COMPLETER_SECOND_BATCH_MIN - 1, undefined, idle)).toEqual({
+    atOnce: 1,
+    total: 2,
+    all: true,
+    completed: COMPLETER_SECOND_BATCH_MIN,
+  });
+});
+
+/**
+ * `n` completions handed in during one turn to a completer whose pool is
+ * 100 ms away each way; returns the statements sent 60 ms later (before any
+ * could be back), then the total once all are written, and the jobs completed.
+ */
+async function oneTurn(queue: string, n: number, fetchIdle: () => boolean) {
+  const leases = await leaseNew(db.sql, queue, "W", n);
+  const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
   try {
-    expect(pool.sent()).toBe(1);
-    expect((await done).every((d) => d)).toBe(true);
-    // The rest went together in one statement after the first committed.
-    expect(pool.sent()).toBe(2);
+    const completer = createCompleter(pool.sql, "W", silentLogger, undefined, undefined, fetchIdle);
+    const done = Promise.all(leases.map((l) => completer.complete(l)));
+    await Bun.sleep(60);
+    const atOnce = pool.sent();
+    const committed = (await done).filter((d) => d).length;
+    const [c] =
+      await db.sql`select count(*)::int as n from conveyor_jobs where queue = ${queue} and state = 'completed'`;
+    return { atOnce, total: pool.sent(), committed, completed: c?.n };
   } finally {
     await pool.close();
   }
+}
+
+test("with nothing in flight and no fetch either, a large batch goes as two halves side by side", async () => {
+  const n = 2 * COMPLETER_SECOND_BATCH_MIN + 1;
+  expect(await oneTurn("cb9", n, () => true)).toEqual({
+    atOnce: 2,
+    total: 2,
+    committed: n,
+    completed: n,
+  });
+  // Below twice the threshold a half is not worth a statement of its own.
+  const m = 2 * COMPLETER_SECOND_BATCH_MIN - 1;
+  expect(await oneTurn("cb10", m, () => true)).toEqual({
+    atOnce: 1,
+    total: 1,
+    committed: m,
+    completed: m,
+  });
+  // A fetch in flight that is back a turn later (the empty one at the end
+  // of a drain): the completer waits that turn, then splits.
+  let asked = 0;
+  expect(await oneTurn("cb12", n, () => asked++ > 0)).toEqual({
+    atOnce: 2,
+    total: 2,
+    committed: n,
+    completed: n,
+  });
+  // While a fetch stays in flight, one statement.
+  expect(await oneTurn("cb11", n, () => false)).toEqual({
+    atOnce: 1,
+    total: 1,
+    committed: n,
+    completed: n,
+  });
 });
 
 test("submit tells each callback once, with its own context: committed, or lost; one that throws does not hold up the rest", async () => {

@@ -75,6 +75,22 @@ test("with a backlog and two fetches allowed, a busy producer keeps two in fligh
   }
 });
 
+test("fetching counts the fetches whose statement has not returned", async () => {
+  const { pool, producer } = await backlogProducer("inflight", { fetchesInFlight: 2 });
+  try {
+    expect(producer.fetching).toBe(0);
+    producer.start();
+    await Bun.sleep(120);
+    // Both sent, neither back (a round trip takes 200 ms).
+    expect(producer.fetching).toBe(2);
+    await producer.stop();
+    expect(producer.fetching).toBe(0);
+  } finally {
+    await producer.stop();
+    await pool.close();
+  }
+});
+
 test("by default a busy producer has one fetch in flight, and sends the next before the batch it returned runs", async () => {
   // The first batch's handlers hold the thread for 300 ms; a round trip takes 200.
   const { pool, producer, counts } = await backlogProducer("backlog1", { busyFirstMs: 300 });

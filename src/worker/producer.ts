@@ -93,6 +93,8 @@ export interface Producer {
   readonly queue: string;
   /** Handlers running now. */
   readonly active: number;
+  /** Fetches whose statement has not returned yet. */
+  readonly fetching: number;
   start(): void;
   /** Stops fetching; running jobs are the worker's to drain. */
   stop(): Promise<void>;
@@ -253,6 +255,9 @@ export function createProducer(o: ProducerOptions): Producer {
     queue: o.queue,
     get active() {
       return active;
+    },
+    get fetching() {
+      return fetching;
     },
     start() {
       if (!stopped) return;

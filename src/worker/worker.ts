@@ -186,6 +186,12 @@ export function createWorker(options: WorkerOptions): Worker {
     owner,
     logger.child({ component: "completer" }),
     o.callDeadlineMs,
+    undefined,
+    // No fetch in flight: two completion batches may go (COMPLETER_IDLE_BATCHES).
+    () => {
+      for (const p of producers.values()) if (p.fetching > 0) return false;
+      return true;
+    },
   );
   const effects = createEffectRunner({
     sql,
