@@ -29,18 +29,18 @@ test("completions handed in during one turn of the event loop share one statemen
 });
 
 /**
- * One completion, then `more` 30 ms later, through a pool 100 ms away each
- * way (the first batch cannot be back within 200 ms). Returns the statements
- * sent 60 ms after that (before any could be back), the total once all are
- * written, whether every one committed, and the jobs completed.
+ * Completions through a pool 100 ms away each way (no batch can be back
+ * within 200 ms), as `o` says: with `firstAlone`, one completion, then the
+ * rest 30 ms later; else all `n` in one turn. Returns the statements sent 60
+ * ms after the last was handed in (before any could be back), the total once
+ * all are written, how many committed, and the jobs completed.
  */
-async function firstThenMore(
+async function onTheWire(
   queue: string,
-  more: number,
-  batchesInFlight?: number,
-  fetchIdle?: () => boolean,
+  n: number,
+  o: { firstAlone?: boolean; batchesInFlight?: number; fetchIdle?: () => boolean } = {},
 ) {
-  const [a, ...rest] = await leaseNew(db.sql, queue, "W", 1 + more);
+  const leases = await leaseNew(db.sql, queue, "W", n);
   const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
   try {
     const completer = createCompleter(
@@ -48,74 +48,12 @@ async function firstThenMore(
       "W",
       silentLogger,
       undefined,
-      batchesInFlight,
-      fetchIdle,
+      o.batchesInFlight,
+      o.fetchIdle,
     );
-    const first = completer.complete(a as Lease);
-    await Bun.sleep(30);
-    const done = Promise.all([first, ...rest.map((l) => completer.complete(l))]);
-    await Bun.sleep(60);
-    const atOnce = pool.sent();
-    const all = (await done).every((d) => d);
-    const [c] =
-      await db.sql`select count(*)::int as n from conveyor_jobs where queue = ${queue} and state = 'completed'`;
-    return { atOnce, total: pool.sent(), all, completed: c?.n };
-  } finally {
-    await pool.close();
-  }
-}
-
-test("a few completions wait for the batch being written, then go together", async () => {
-  expect(await firstThenMore("cb2", 2)).toEqual({ atOnce: 1, total: 2, all: true, completed: 3 });
-});
-
-test("with two batches allowed, a second goes at once when enough completions wait", async () => {
-  const n = 1 + COMPLETER_SECOND_BATCH_MIN;
-  expect(await firstThenMore("cb3", COMPLETER_SECOND_BATCH_MIN, 2)).toEqual({
-    atOnce: 2,
-    total: 2,
-    all: true,
-    completed: n,
-  });
-});
-
-test("by default one batch is written at a time, however many completions wait", async () => {
-  // The rest went together in one statement after the first committed.
-  expect(await firstThenMore("cb4", COMPLETER_SECOND_BATCH_MIN)).toEqual({
-    atOnce: 1,
-    total: 2,
-    all: true,
-    completed: 1 + COMPLETER_SECOND_BATCH_MIN,
-  });
-});
-
-test("while no fetch is in flight, a second batch goes at once when enough completions wait; a few still wait", async () => {
-  const idle = () => true;
-  expect(await firstThenMore("cb7", COMPLETER_SECOND_BATCH_MIN, undefined, idle)).toEqual({
-    atOnce: 2,
-    total: 2,
-    all: true,
-    completed: 1 + COMPLETER_SECOND_BATCH_MIN,
-  });
-  expect(await firstThenMore("cb8", COMPLETER_SECOND_BATCH_MIN - 1, undefined, idle)).toEqual({
-    atOnce: 1,
-    total: 2,
-    all: true,
-    completed: COMPLETER_SECOND_BATCH_MIN,
-  });
-});
-
-/**
- * `n` completions handed in during one turn to a completer whose pool is
- * 100 ms away each way; returns the statements sent 60 ms later (before any
- * could be back), then the total once all are written, and the jobs completed.
- */
-async function oneTurn(queue: string, n: number, fetchIdle: () => boolean) {
-  const leases = await leaseNew(db.sql, queue, "W", n);
-  const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
-  try {
-    const completer = createCompleter(pool.sql, "W", silentLogger, undefined, undefined, fetchIdle);
-    const done = Promise.all(leases.map((l) => completer.complete(l)));
+    const first = o.firstAlone ? [completer.complete(leases.shift() as Lease)] : [];
+    if (o.firstAlone) await Bun.sleep(30);
+    const done = Promise.all([...first, ...leases.map((l) => completer.complete(l))]);
     await Bun.sleep(60);
     const atOnce = pool.sent();
     const committed = (await done).filter((d) => d).length;
@@ -127,17 +65,64 @@ async function oneTurn(queue: string, n: number, fetchIdle: () => boolean) {
   }
 }
 
+const firstAlone = true;
+const MIN = COMPLETER_SECOND_BATCH_MIN;
+
+test("a few completions wait for the batch being written, then go together", async () => {
+  expect(await onTheWire("cb2", 3, { firstAlone })).toEqual({
+    atOnce: 1,
+    total: 2,
+    committed: 3,
+    completed: 3,
+  });
+});
+
+test("with two batches allowed, a second goes at once when enough completions wait", async () => {
+  expect(await onTheWire("cb3", 1 + MIN, { firstAlone, batchesInFlight: 2 })).toEqual({
+    atOnce: 2,
+    total: 2,
+    committed: 1 + MIN,
+    completed: 1 + MIN,
+  });
+});
+
+test("by default one batch is written at a time, however many completions wait", async () => {
+  // The rest went together in one statement after the first committed.
+  expect(await onTheWire("cb4", 1 + MIN, { firstAlone })).toEqual({
+    atOnce: 1,
+    total: 2,
+    committed: 1 + MIN,
+    completed: 1 + MIN,
+  });
+});
+
+test("while no fetch is in flight, a second batch goes at once when enough completions wait; a few still wait", async () => {
+  const fetchIdle = () => true;
+  expect(await onTheWire("cb7", 1 + MIN, { firstAlone, fetchIdle })).toEqual({
+    atOnce: 2,
+    total: 2,
+    committed: 1 + MIN,
+    completed: 1 + MIN,
+  });
+  expect(await onTheWire("cb8", MIN, { firstAlone, fetchIdle })).toEqual({
+    atOnce: 1,
+    total: 2,
+    committed: MIN,
+    completed: MIN,
+  });
+});
+
 test("with nothing in flight and no fetch either, a large batch goes as two halves side by side", async () => {
-  const n = 2 * COMPLETER_SECOND_BATCH_MIN + 1;
-  expect(await oneTurn("cb9", n, () => true)).toEqual({
+  const n = 2 * MIN + 1;
+  expect(await onTheWire("cb9", n, { fetchIdle: () => true })).toEqual({
     atOnce: 2,
     total: 2,
     committed: n,
     completed: n,
   });
   // Below twice the threshold a half is not worth a statement of its own.
-  const m = 2 * COMPLETER_SECOND_BATCH_MIN - 1;
-  expect(await oneTurn("cb10", m, () => true)).toEqual({
+  const m = 2 * MIN - 1;
+  expect(await onTheWire("cb10", m, { fetchIdle: () => true })).toEqual({
     atOnce: 1,
     total: 1,
     committed: m,
@@ -146,14 +131,14 @@ test("with nothing in flight and no fetch either, a large batch goes as two halv
   // A fetch in flight that is back a turn later (the empty one at the end
   // of a drain): the completer waits that turn, then splits.
   let asked = 0;
-  expect(await oneTurn("cb12", n, () => asked++ > 0)).toEqual({
+  expect(await onTheWire("cb12", n, { fetchIdle: () => asked++ > 0 })).toEqual({
     atOnce: 2,
     total: 2,
     committed: n,
     completed: n,
   });
   // While a fetch stays in flight, one statement.
-  expect(await oneTurn("cb11", n, () => false)).toEqual({
+  expect(await onTheWire("cb11", n, { fetchIdle: () => false })).toEqual({
     atOnce: 1,
     total: 1,
     committed: n,

@@ -170,11 +170,13 @@ export function createCompleter(
   const pump = () => {
     while (queue.length > 0) {
       const enough = queue.length >= COMPLETER_SECOND_BATCH_MIN;
+      // Enough that half of it is worth a statement of its own.
+      const halves = queue.length >= 2 * COMPLETER_SECOND_BATCH_MIN;
       const idle = enough && fetchIdle();
       if (writing.size > 0) {
         const most = idle ? Math.max(batchesInFlight, COMPLETER_IDLE_BATCHES) : batchesInFlight;
         if (!enough || writing.size >= most) break;
-      } else if (!idle && !waited && queue.length >= 2 * COMPLETER_SECOND_BATCH_MIN) {
+      } else if (!idle && !waited && halves) {
         // A fetch is in flight. The last one of a drain comes back empty
         // at once, but its reply is read only after this turn: wait one
         // turn, then split if it is back.
@@ -184,11 +186,8 @@ export function createCompleter(
       }
       waited = false;
       // With nothing in flight, half now and half beside it (a second
-      // pass of this loop), when half is still a batch worth a statement.
-      const size =
-        writing.size === 0 && idle && queue.length >= 2 * COMPLETER_SECOND_BATCH_MIN
-          ? Math.ceil(queue.length / 2)
-          : COMPLETER_MAX_BATCH;
+      // pass of this loop).
+      const size = writing.size === 0 && idle && halves ? Math.ceil(queue.length / 2) : Infinity;
       const batch = queue.splice(0, Math.min(size, COMPLETER_MAX_BATCH));
       const p: Promise<void> = writeBatch(batch).finally(() => {
         writing.delete(p);
