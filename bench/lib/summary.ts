@@ -268,17 +268,31 @@ export const fmtDown = (v: number, digits: number) =>
       })
     : "n/a";
 
+/**
+ * The no-op throughput figures the targets compare, at one size: each
+ * system's best setting's median jobs/s (NaN where the file has none), and
+ * the fastest peer.
+ */
+export function noopFigures(runs: RunRecord[], n: number) {
+  const t = throughputTable(runs, "throughput", n);
+  const best = (id: SystemId) => t.get(id)?.best?.median ?? Number.NaN;
+  const bestPeer = PEERS.map((p) => ({ p, v: best(p) }))
+    .filter((x) => Number.isFinite(x.v))
+    .sort((a, b) => b.v - a.v)[0];
+  return {
+    conveyor: best("conveyor"),
+    ceiling: best("bare-sql"),
+    /** The bare loop on Conveyor's own statements: no worker pool. */
+    statements: best("bare-sql-conveyor-schema"),
+    bestPeer,
+  };
+}
+
 /** The targets of the benchmark issue, evaluated on this results file. */
 export function targets(runs: RunRecord[], sizes: number[]): Target[] {
   const out: Target[] = [];
   for (const n of sizes.filter((s) => s >= 10_000)) {
-    const t = throughputTable(runs, "throughput", n);
-    const conveyor = t.get("conveyor")?.best?.median ?? Number.NaN;
-    const peers = PEERS.map((p) => ({ p, v: t.get(p)?.best?.median ?? Number.NaN })).filter((x) =>
-      Number.isFinite(x.v),
-    );
-    const bestPeer = peers.sort((a, b) => b.v - a.v)[0];
-    const ceiling = t.get("bare-sql")?.best?.median ?? Number.NaN;
+    const { conveyor, ceiling, bestPeer } = noopFigures(runs, n);
     const r1 = bestPeer ? conveyor / bestPeer.v : Number.NaN;
     out.push({
       name: `no-op throughput, N=${fmt(n)}, vs best peer`,

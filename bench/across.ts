@@ -1,0 +1,106 @@
+// The no-op throughput targets across results files: for each file, at each
+// size, Conveyor, the bare loop on Conveyor's own statements
+// (`bare-sql-conveyor-schema`), the ceiling and the best peer, each at its
+// best setting (medians of that file, as the README's tables take them).
+//
+//   bun bench/across.ts [results/benchmarks-….json …] [--sizes 10000,100000]
+//                       [--since 2026-12-04T23:00]
+//
+// Without files: every results/benchmarks-*.json holding all three of
+// conveyor, bare-sql and bare-sql-conveyor-schema, run at `--since` (UTC,
+// compared with the file's own date) or later: ceilings of files from
+// before a change to the bare loop are not comparable with later ones. The bare loop on
+// Conveyor's statements runs no engine, so it is about the best any worker
+// pool could do with those statements: where it is itself under a target,
+// the engine's worker side cannot be what misses it. Prints Markdown.
+import { readdirSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { positiveInts } from "./lib/args.ts";
+import { ROOT } from "./lib/environment.ts";
+import { median } from "./lib/stats.ts";
+import { fmtDown, noopFigures, type RunRecord } from "./lib/summary.ts";
+import type { ResultsDoc } from "./render.ts";
+
+const { values: opt, positionals } = parseArgs({
+  options: {
+    sizes: { type: "string", default: "10000,100000" },
+    since: { type: "string", default: "" },
+  },
+  allowPositionals: true,
+});
+const SIZES = positiveInts("sizes", String(opt.sizes));
+
+const dir = path.join(ROOT, "results");
+const files = positionals.length
+  ? positionals.map((f) => path.resolve(f))
+  : readdirSync(dir)
+      .filter((f) => /^benchmarks-.*\.json$/.test(f))
+      .sort()
+      .map((f) => path.join(dir, f));
+
+interface Row {
+  file: string;
+  cpu: string;
+  date: string;
+  n: number;
+  ceiling: number;
+  schema: number;
+  conveyor: number;
+  peer: number;
+  peerId: string;
+}
+
+const rows: Row[] = [];
+for (const file of files) {
+  const doc = JSON.parse(readFileSync(file, "utf8")) as ResultsDoc;
+  if (doc.date < String(opt.since)) continue;
+  for (const n of SIZES) {
+    const f = noopFigures(doc.runs as RunRecord[], n);
+    if (![f.ceiling, f.statements, f.conveyor].every(Number.isFinite)) continue;
+    rows.push({
+      file: path.basename(file),
+      cpu: doc.machine.cpuModel.replace(/\(R\)|\(TM\)|CPU|Processor/g, "").trim(),
+      date: doc.date.slice(0, 16).replace("T", " "),
+      n,
+      ceiling: f.ceiling,
+      schema: f.statements,
+      conveyor: f.conveyor,
+      peer: f.bestPeer?.v ?? Number.NaN,
+      peerId: f.bestPeer?.p ?? "–",
+    });
+  }
+}
+
+const pct = (v: number) => `${fmtDown(v * 100, 1)}%`;
+const x = (v: number) => (Number.isFinite(v) ? `${fmtDown(v, 2)}×` : "–");
+const k = (v: number) => (Number.isFinite(v) ? Math.round(v).toLocaleString("en-US") : "–");
+
+console.log(
+  "| file | CPU | date (UTC) | N | ceiling | bare loop on Conveyor's statements | Conveyor | best peer | statements ÷ ceiling | Conveyor ÷ ceiling | Conveyor ÷ statements | statements ÷ peer | Conveyor ÷ peer |",
+);
+console.log("| --- | --- | --- | --: | --: | --: | --: | --- | --: | --: | --: | --: | --: |");
+for (const r of rows) {
+  console.log(
+    `| ${r.file} | ${r.cpu} | ${r.date} | ${k(r.n)} | ${k(r.ceiling)} | ${k(r.schema)} | ${k(r.conveyor)} | ${k(r.peer)} (${r.peerId}) | ${pct(r.schema / r.ceiling)} | ${pct(r.conveyor / r.ceiling)} | ${x(r.conveyor / r.schema)} | ${x(r.schema / r.peer)} | ${x(r.conveyor / r.peer)} |`,
+  );
+}
+
+console.log();
+// Per machine model and size: the figures of one file compare only within it,
+// but how often each target was met is comparable across files.
+for (const cpu of new Set(rows.map((r) => r.cpu))) {
+  for (const n of SIZES) {
+    const at = rows.filter((r) => r.cpu === cpu && r.n === n);
+    if (at.length === 0) continue;
+    const count = (f: (r: Row) => boolean) => at.filter(f).length;
+    const engine = at.map((r) => r.conveyor / r.schema);
+    console.log(
+      `- ${cpu}, N = ${k(n)}, ${at.length} files: Conveyor met 70% of the ceiling in ` +
+        `${count((r) => r.conveyor / r.ceiling >= 0.7)} and 1.5× the best peer in ` +
+        `${count((r) => r.conveyor / r.peer >= 1.5)}; the bare loop on its statements in ` +
+        `${count((r) => r.schema / r.ceiling >= 0.7)} and ${count((r) => r.schema / r.peer >= 1.5)}. ` +
+        `Conveyor ÷ that loop ${x(Math.min(...engine))}-${x(Math.max(...engine))} (median ${x(median(engine))}).`,
+    );
+  }
+}
