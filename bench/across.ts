@@ -16,14 +16,19 @@
 // host's drift between cells: Conveyor has run up to 1.17x the loop).
 // Where the loop itself is under a target, the statements miss it, not
 // the worker pool. Prints Markdown.
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { positiveInts } from "./lib/args.ts";
-import { ROOT } from "./lib/environment.ts";
 import { median } from "./lib/stats.ts";
-import { fmtDown, noopFigures, type RunRecord } from "./lib/summary.ts";
-import type { ResultsDoc } from "./render.ts";
+import {
+  CEILING_RATIO_GOAL,
+  fmtDown,
+  noopFigures,
+  PEER_RATIO_GOAL,
+  type RunRecord,
+} from "./lib/summary.ts";
+import { type ResultsDoc, resultsFiles } from "./render.ts";
 
 const { values: opt, positionals } = parseArgs({
   options: {
@@ -34,13 +39,7 @@ const { values: opt, positionals } = parseArgs({
 });
 const SIZES = positiveInts("sizes", String(opt.sizes));
 
-const dir = path.join(ROOT, "results");
-const files = positionals.length
-  ? positionals.map((f) => path.resolve(f))
-  : readdirSync(dir)
-      .filter((f) => /^benchmarks-.*\.json$/.test(f))
-      .sort()
-      .map((f) => path.join(dir, f));
+const files = positionals.length ? positionals.map((f) => path.resolve(f)) : resultsFiles();
 
 interface Row {
   file: string;
@@ -100,9 +99,9 @@ for (const cpu of new Set(rows.map((r) => r.cpu))) {
     const engine = at.map((r) => r.conveyor / r.statements);
     console.log(
       `- ${cpu}, N = ${k(n)}, ${at.length} files: Conveyor met 70% of the ceiling in ` +
-        `${count((r) => r.conveyor / r.ceiling >= 0.7)} and 1.5× the best peer in ` +
-        `${count((r) => r.conveyor / r.peer >= 1.5)}; the bare loop on its statements in ` +
-        `${count((r) => r.statements / r.ceiling >= 0.7)} and ${count((r) => r.statements / r.peer >= 1.5)}. ` +
+        `${count((r) => r.conveyor / r.ceiling >= CEILING_RATIO_GOAL)} and 1.5× the best peer in ` +
+        `${count((r) => r.conveyor / r.peer >= PEER_RATIO_GOAL)}; the bare loop on its statements in ` +
+        `${count((r) => r.statements / r.ceiling >= CEILING_RATIO_GOAL)} and ${count((r) => r.statements / r.peer >= PEER_RATIO_GOAL)}. ` +
         `Conveyor ÷ that loop ${x(Math.min(...engine))}-${x(Math.max(...engine))} (median ${x(median(engine))}).`,
     );
   }

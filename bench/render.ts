@@ -474,14 +474,19 @@ export function writeReadme(doc: ResultsDoc, resultsRelPath: string): void {
   });
 }
 
-function newestFull(): string {
+/** Every full-profile results file in results/, oldest first (names start with the date). */
+export function resultsFiles(): string[] {
   const dir = path.join(ROOT, "results");
-  const files = readdirSync(dir)
+  return readdirSync(dir)
     .filter((f) => /^benchmarks-.*\.json$/.test(f) && !f.includes("-quick"))
-    .sort();
-  const last = files.at(-1);
+    .sort()
+    .map((f) => path.join(dir, f));
+}
+
+function newestFull(): string {
+  const last = resultsFiles().at(-1);
   if (!last) throw new Error("no full-profile results in results/; pass a file");
-  return path.join(dir, last);
+  return last;
 }
 
 if (import.meta.main) {

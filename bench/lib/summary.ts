@@ -288,6 +288,10 @@ export function noopFigures(runs: RunRecord[], n: number) {
   };
 }
 
+/** The no-op throughput targets: Conveyor ÷ the best peer, and ÷ the ceiling. */
+export const PEER_RATIO_GOAL = 1.5;
+export const CEILING_RATIO_GOAL = 0.7;
+
 /** The targets of the benchmark issue, evaluated on this results file. */
 export function targets(runs: RunRecord[], sizes: number[]): Target[] {
   const out: Target[] = [];
@@ -298,14 +302,14 @@ export function targets(runs: RunRecord[], sizes: number[]): Target[] {
       name: `no-op throughput, N=${fmt(n)}, vs best peer`,
       goal: "≥ 1.5×",
       measured: bestPeer ? `${fmtDown(r1, 2)}× (${bestPeer.p})` : "n/a",
-      met: Number.isFinite(r1) ? r1 >= 1.5 : undefined,
+      met: Number.isFinite(r1) ? r1 >= PEER_RATIO_GOAL : undefined,
     });
     const r2 = conveyor / ceiling;
     out.push({
       name: `no-op throughput, N=${fmt(n)}, vs bare SQL ceiling`,
       goal: "≥ 70%",
       measured: Number.isFinite(r2) ? `${fmtDown(r2 * 100, 1)}%` : "n/a",
-      met: Number.isFinite(r2) ? r2 >= 0.7 : undefined,
+      met: Number.isFinite(r2) ? r2 >= CEILING_RATIO_GOAL : undefined,
     });
   }
   const ledgerSizes = [...new Set(runs.filter((r) => r.phase === "ledger").map((r) => r.params.n))];
