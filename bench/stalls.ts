@@ -1,4 +1,5 @@
-// `bun bench/stalls.ts [--rate 1000] [--n 5000] [--rounds 3] [--out FILE]`:
+// `bun bench/stalls.ts [--rate 1000] [--n 5000] [--rounds 3] [--variants bare,enqueue,handoff]
+//  [--out FILE]`:
 // where the tail of enqueue-to-start latency comes from. On a bench cluster
 // (the same settings as `npm run bench`), in alternating rounds, jobs are
 // issued one at a time on an open-loop schedule as the latency phase issues
@@ -37,6 +38,7 @@ const { values: opt } = parseArgs({
     rate: { type: "string", default: "1000" },
     n: { type: "string", default: "5000" },
     rounds: { type: "string", default: "3" },
+    variants: { type: "string", default: "bare,enqueue,handoff" },
     out: { type: "string" },
   },
 });
@@ -46,6 +48,12 @@ const ROUNDS = positiveInt("rounds", opt.rounds);
 const WARMUP = Math.round(N / 10);
 const VARIANTS = ["bare", "enqueue", "handoff"] as const;
 type Variant = (typeof VARIANTS)[number];
+const variants = opt.variants.split(",").map((v) => {
+  if (!(VARIANTS as readonly string[]).includes(v)) {
+    throw new Error(`--variants: ${v} is not one of ${VARIANTS.join(", ")}`);
+  }
+  return v as Variant;
+});
 
 const pct = (values: number[]) => {
   const { p50, p95, p99, max } = roundAll(summarize(values), 2);
@@ -135,7 +143,7 @@ const pg = await startBenchPostgres();
 const runs: Record<string, unknown>[] = [];
 try {
   for (let rnd = 1; rnd <= ROUNDS; rnd++) {
-    for (const variant of VARIANTS) {
+    for (const variant of variants) {
       await pg.reset();
       const r = await measure(pg.url, variant);
       const s = r.start ?? r.ack;
@@ -164,7 +172,7 @@ writeFileSync(
       versions: versions(),
       postgres: PG_SETTINGS,
       bunEnv: Object.fromEntries(Object.keys(ALLOCATOR_ENV).map((k) => [k, process.env[k]])),
-      settings: { rate: RATE, n: N, warmup: WARMUP, rounds: ROUNDS },
+      settings: { rate: RATE, n: N, warmup: WARMUP, rounds: ROUNDS, variants },
       runs,
     },
     null,

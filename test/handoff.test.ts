@@ -2,12 +2,14 @@
 // worker of this process, leased by the insert, with no fetch; everything
 // that is not plainly runnable by that worker goes the usual way.
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import fc from "fast-check";
 import postgres from "postgres";
 import { setQueuesPaused } from "../src/db/admin.ts";
 import type { Pool } from "../src/db/db.ts";
 import { takeHandOff } from "../src/db/handoff.ts";
 import { enqueue, enqueueMany } from "../src/enqueue.ts";
-import type { Job } from "../src/job.ts";
+import { type Job, type JobRow, jobFromRow } from "../src/job.ts";
+import type { JsonValue } from "../src/json.ts";
 import { silentLogger } from "../src/logger.ts";
 import { createWorker } from "../src/worker/worker.ts";
 import { startResetProxy } from "./fixtures/reset-proxy.ts";
@@ -61,7 +63,12 @@ async function idle(pool: Pool, queue: string) {
 async function idleWorker(
   sql: Pool,
   queue: string,
-  o: { concurrency?: number; block?: Promise<void>; leaseMs?: number } = {},
+  o: {
+    concurrency?: number;
+    /** Awaited by every job's handler; a function is called per job. */
+    block?: Promise<void> | (() => Promise<void>);
+    leaseMs?: number;
+  } = {},
 ) {
   const seen: Job[] = [];
   const tokens: number[] = [];
@@ -90,7 +97,7 @@ async function idleWorker(
       k: async (_p: unknown, ctx) => {
         seen.push(ctx.job);
         tokens.push(ctx.fencingToken);
-        await o.block;
+        await (typeof o.block === "function" ? o.block() : o.block);
       },
     },
     pollIntervalMs: o.leaseMs ? 100 : 60_000,
@@ -151,6 +158,61 @@ describe("hand-off", () => {
     }
   });
 
+  test("property: the enqueue's job and the handler's are the stored row, whatever the job holds", async () => {
+    // The hand-off's insert returns only what it decides and fills in the
+    // rest from what it inserted (src/db/enqueue.ts): both must be the row
+    // a select reads, to the millisecond, as a fetched job's are.
+    let open!: () => void;
+    const { worker, seen } = await idleWorker(db.connect({ max: 4 }), "h-row", {
+      concurrency: 2,
+      block: () => new Promise<void>((r) => (open = r)),
+    });
+    const text = (max: number) =>
+      fc.option(fc.stringMatching(new RegExp(`^[\\x20-\\x7e]{1,${max}}$`)), { nil: undefined });
+    const hex = (n: number) => fc.stringMatching(new RegExp(`^[0-9a-f]{${n}}$`));
+    const input = fc.record({
+      payload: fc
+        .jsonValue({ maxDepth: 3 })
+        .map((v) => JSON.stringify(v))
+        .filter((v) => !v.includes("\\u0000"))
+        .map((v) => JSON.parse(v) as JsonValue),
+      priority: fc.option(fc.integer({ min: -32768, max: 32767 }), { nil: undefined }),
+      maxAttempts: fc.option(fc.integer({ min: 1, max: 1000 }), { nil: undefined }),
+      idempotencyKey: text(40),
+      traceparent: fc.option(
+        fc.tuple(hex(32), hex(16)).map(([t, s]) => `00-${t}-${s}-01`),
+        { nil: undefined },
+      ),
+      tracestate: text(60),
+    });
+    try {
+      await fc.assert(
+        fc.asyncProperty(input, async (i) => {
+          await db.sql`truncate conveyor_jobs`;
+          await idle(db.sql, "h-row");
+          const before = seen.length;
+          const { job } = await enqueue(db.sql, { queue: "h-row", kind: "k", ...i });
+          expect(job.state).toBe("running"); // handed off, and held by the handler below
+          await until(() => seen.length === before + 1);
+          try {
+            const [stored] = (await db.sql`
+              select * from conveyor_jobs where id = ${job.id}`) as unknown as JobRow[];
+            const expected = jobFromRow(stored as JobRow);
+            expect(job).toEqual(expected);
+            expect(seen.at(-1)).toEqual(expected);
+          } finally {
+            open(); // a failing run must not leave its slot taken for the shrinking runs
+          }
+          await until(async () => (await row(job.id))?.state === "completed");
+        }),
+        { numRuns: 25 },
+      );
+    } finally {
+      open?.();
+      await worker.stop();
+    }
+  });
+
   test("a paused queue's job is inserted available and the slot given back", async () => {
     const { worker, seen } = await idleWorker(db.connect({ max: 4 }), "h-paused", {
       concurrency: 1,
@@ -160,6 +222,9 @@ describe("hand-off", () => {
       const { job } = await enqueue(db.sql, { queue: "h-paused", kind: "k" });
       expect(job.state).toBe("available");
       expect(job.leaseOwner).toBeNull();
+      const [stored] = (await db.sql`
+        select * from conveyor_jobs where id = ${job.id}`) as unknown as JobRow[];
+      expect(job).toEqual(jobFromRow(stored as JobRow));
       await setQueuesPaused(db.sql, ["h-paused"], false);
       // The one slot came back: the next job is handed off.
       const next = await enqueue(db.sql, { queue: "h-paused", kind: "k" });

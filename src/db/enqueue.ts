@@ -1,7 +1,6 @@
 import type { JobRow } from "../job.ts";
 import type { JsonValue } from "../json.ts";
 import type { Db, Pool } from "./db.ts";
-import { packedNumbers, unpack } from "./fetch.ts";
 import { type HandOff, takeHandOff } from "./handoff.ts";
 import { isPool, JOBS_CHANNEL, wakeAfterCommit } from "./wake.ts";
 
@@ -92,16 +91,25 @@ export async function insertJobs(db: Db, rows: InsertRow[]): Promise<JobRow[]> {
  * it is inserted 'available' instead, and a duplicate key inserts nothing;
  * either way the slot goes back. The worker gets the job only once the
  * insert has committed.
+ *
+ * This is the enqueue of the 1,000/s latency cells, so it is lean: the row's
+ * values go as plain parameters (no jsonb_to_recordset for one row), and it
+ * returns only what the insert decides (id, state, owner, payload as stored,
+ * and the numbers and times, packed in one text column: postgres.js decodes
+ * each column with a Buffer.toString call of its own, and a timestamptz
+ * with a Date parse). The rest of the row is what was inserted, or the
+ * column's default (no result, no errors, not finalized).
  */
 async function insertHandedOff(pool: Pool, row: InsertRow, handOff: HandOff): Promise<JobRow[]> {
-  let inserted: (JobRow & { leased_n: string })[];
+  let inserted: HandedOffRow[];
   try {
     inserted = (await pool`
       insert into conveyor_jobs as j
         (queue, kind, payload, priority, max_attempts, idempotency_key, traceparent, tracestate,
          state, attempts, lease_owner, lease_version, lease_expires_at, attempted_at)
-      select t.queue, t.kind, coalesce(t.payload, 'null'::jsonb), t.priority,
-             t.max_attempts, t.idempotency_key, t.traceparent, t.tracestate,
+      select ${row.queue}::text, ${row.kind}::text, ${JSON.stringify(row.payload)}::text::jsonb,
+             ${row.priority}::smallint, ${row.max_attempts}::int, ${row.idempotency_key}::text,
+             ${row.traceparent}::text, ${row.tracestate}::text,
              case when p.paused then 'available' else 'running' end::conveyor_job_state,
              case when p.paused then 0 else 1 end,
              case when p.paused then null else ${handOff.owner} end,
@@ -109,46 +117,86 @@ async function insertHandedOff(pool: Pool, row: InsertRow, handOff: HandOff): Pr
              case when p.paused then null
                   else now() + ${handOff.leaseMs}::float8 * interval '1 millisecond' end,
              case when p.paused then null else now() end
-        from jsonb_to_recordset(${JSON.stringify([row])}::text::jsonb) as t(
-               queue text, kind text, payload jsonb, priority smallint, max_attempts int,
-               idempotency_key text, traceparent text, tracestate text),
-             (select exists (select 1 from conveyor_queues q
+        from (select exists (select 1 from conveyor_queues q
                               where q.name = ${row.queue} and q.paused) as paused) p
       on conflict (queue, idempotency_key) where idempotency_key is not null do nothing
-      returning j.*, ${packedNumbers(pool)} as leased_n`) as unknown as (JobRow & {
-      leased_n: string;
-    })[];
+      returning j.state, j.lease_owner, j.payload,
+                concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+                          floor(date_part('epoch', j.run_at) * 1000)::int8,
+                          floor(date_part('epoch', j.created_at) * 1000)::int8,
+                          coalesce(floor(date_part('epoch', j.lease_expires_at) * 1000)::int8::text, ''),
+                          coalesce(floor(date_part('epoch', j.attempted_at) * 1000)::int8::text, ''))
+                  as n`) as unknown as HandedOffRow[];
   } catch (error) {
     handOff.release();
     throw error;
   }
   const r = inserted[0];
-  if (r?.state === "running" && r.lease_owner === handOff.owner) {
-    handOff.deliver(
-      unpack(
-        {
-          n: r.leased_n,
-          kind: r.kind,
-          payload: r.payload,
-          idempotency_key: r.idempotency_key,
-          traceparent: r.traceparent,
-          tracestate: r.tracestate,
-          errors: null,
-        },
-        r.queue,
-      ),
-    );
+  if (!r) {
+    handOff.release(); // a duplicate key: nothing inserted
+    return [];
+  }
+  const job = handedOffJob(row, r);
+  if (job.state === "running" && job.lease_owner === handOff.owner && job.lease_expires_at) {
+    handOff.deliver({
+      id: job.id,
+      queue: job.queue,
+      kind: job.kind,
+      payload: job.payload,
+      priority: job.priority,
+      attempts: job.attempts,
+      max_attempts: job.max_attempts,
+      lease_version: job.lease_version,
+      idempotency_key: job.idempotency_key,
+      traceparent: job.traceparent,
+      tracestate: job.tracestate,
+      run_at_ms: job.run_at.getTime(),
+      created_at_ms: job.created_at.getTime(),
+      lease_expires_at_ms: job.lease_expires_at.getTime(),
+      errors: null,
+    });
     // No wake-up: the job is already running.
-    return [stripLeased(r)];
+    return [job];
   }
   handOff.release();
-  if (r) wakeAfterCommit(pool, [r.queue]); // a paused queue's job, woken as any insert is
-  return r ? [stripLeased(r)] : [];
+  wakeAfterCommit(pool, [job.queue]); // a paused queue's job, woken as any insert is
+  return [job];
 }
 
-function stripLeased(r: JobRow & { leased_n: string }): JobRow {
-  const { leased_n: _, ...job } = r;
-  return job;
+interface HandedOffRow {
+  state: JobRow["state"];
+  lease_owner: string | null;
+  payload: JsonValue;
+  /** id, lease version, priority, attempts, max attempts, run_at, created_at, lease expiry, attempted_at (ms; the last two empty when null). */
+  n: string;
+}
+
+/** The whole row: the insert's reply, the rest as inserted (test/handoff.test.ts compares it with a select). */
+function handedOffJob(row: InsertRow, r: HandedOffRow): JobRow {
+  const f = r.n.split(" ");
+  const ms = (s: string | undefined) => (s ? new Date(Number(s)) : null);
+  return {
+    id: f[0] as string,
+    queue: row.queue,
+    kind: row.kind,
+    payload: r.payload,
+    state: r.state,
+    priority: Number(f[2]),
+    run_at: new Date(Number(f[5])),
+    attempts: Number(f[3]),
+    max_attempts: Number(f[4]),
+    lease_owner: r.lease_owner,
+    lease_version: f[1] as string,
+    lease_expires_at: ms(f[7]),
+    idempotency_key: row.idempotency_key,
+    result: null,
+    errors: [],
+    traceparent: row.traceparent,
+    tracestate: row.tracestate,
+    created_at: new Date(Number(f[6])),
+    attempted_at: ms(f[8]),
+    finalized_at: null,
+  };
 }
 
 /** The existing jobs for (queue, idempotency_key) pairs; used for duplicates insertJobs skipped. */
