@@ -23,9 +23,11 @@ import { positiveInts } from "./lib/args.ts";
 import { median } from "./lib/stats.ts";
 import {
   CEILING_RATIO_GOAL,
+  CEILING_RATIO_LABEL,
   fmtDown,
   noopFigures,
   PEER_RATIO_GOAL,
+  PEER_RATIO_LABEL,
   type RunRecord,
 } from "./lib/summary.ts";
 import { type ResultsDoc, resultsFiles } from "./render.ts";
@@ -98,8 +100,8 @@ for (const cpu of new Set(rows.map((r) => r.cpu))) {
     const count = (f: (r: Row) => boolean) => at.filter(f).length;
     const engine = at.map((r) => r.conveyor / r.statements);
     console.log(
-      `- ${cpu}, N = ${k(n)}, ${at.length} files: Conveyor met 70% of the ceiling in ` +
-        `${count((r) => r.conveyor / r.ceiling >= CEILING_RATIO_GOAL)} and 1.5× the best peer in ` +
+      `- ${cpu}, N = ${k(n)}, ${at.length} files: Conveyor met ${CEILING_RATIO_LABEL} of the ceiling in ` +
+        `${count((r) => r.conveyor / r.ceiling >= CEILING_RATIO_GOAL)} and ${PEER_RATIO_LABEL} the best peer in ` +
         `${count((r) => r.conveyor / r.peer >= PEER_RATIO_GOAL)}; the bare loop on its statements in ` +
         `${count((r) => r.statements / r.ceiling >= CEILING_RATIO_GOAL)} and ${count((r) => r.statements / r.peer >= PEER_RATIO_GOAL)}. ` +
         `Conveyor ÷ that loop ${x(Math.min(...engine))}-${x(Math.max(...engine))} (median ${x(median(engine))}).`,

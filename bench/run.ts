@@ -80,18 +80,20 @@ const phases = new Set<Phase>(
   opt.phases ? (opt.phases.split(",") as Phase[]).filter((p) => PHASES.includes(p)) : PHASES,
 );
 const systems = SYSTEMS.filter((s) => !only || only.has(s.id));
-// Latency, scale and memory run Conveyor at its best throughput setting, the
-// configuration the targets are about. With no throughput phase to find it,
-// it would silently be the first setting in bench/plan.ts instead.
+// Latency, scale and memory run Conveyor at its best throughput setting at
+// profile.referenceN (reference(), below), the configuration the targets are
+// about. With no throughput run at that size to find it, it would silently
+// be the first setting in bench/plan.ts instead.
 const usesBest = (["latency", "scale", "rss"] as Phase[]).filter((p) => phases.has(p));
+const findsBest = phases.has("throughput") && profile.throughputN.includes(profile.referenceN);
 if (
   conveyorSetting === undefined &&
-  !phases.has("throughput") &&
+  !findsBest &&
   usesBest.length > 0 &&
   systems.some((s) => s.id === "conveyor")
 ) {
   throw new Error(
-    `--setting: required for Conveyor when ${usesBest.join(", ")} run without the throughput phase, which would pick its best setting (bench/plan.ts: ${conveyorSettings.join(", ")})`,
+    `--setting: required for Conveyor when ${usesBest.join(", ")} run without a throughput run at N = ${profile.referenceN}, which would pick its best setting (bench/plan.ts: ${conveyorSettings.join(", ")})`,
   );
 }
 const render = opt.render ?? profile.name === "full";

@@ -24,7 +24,7 @@ import { enqueue } from "../src/enqueue.ts";
 import { silentLogger } from "../src/logger.ts";
 import { ALLOCATOR_ENV, execWithAllocatorSettings } from "../src/runtime.ts";
 import { createWorker } from "../src/worker/worker.ts";
-import { positiveInt } from "./lib/args.ts";
+import { choices, positiveInt } from "./lib/args.ts";
 import { ENQUEUE_POOL, nowMs, openLoop, pollUntil, sleep } from "./lib/driver.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { PG_SETTINGS, startBenchPostgres } from "./lib/services.ts";
@@ -48,12 +48,7 @@ const ROUNDS = positiveInt("rounds", opt.rounds);
 const WARMUP = Math.round(N / 10);
 const VARIANTS = ["bare", "enqueue", "handoff"] as const;
 type Variant = (typeof VARIANTS)[number];
-const variants = opt.variants.split(",").map((v) => {
-  if (!(VARIANTS as readonly string[]).includes(v)) {
-    throw new Error(`--variants: ${v} is not one of ${VARIANTS.join(", ")}`);
-  }
-  return v as Variant;
-});
+const variants = choices("variants", opt.variants, VARIANTS);
 
 const pct = (values: number[]) => {
   const { p50, p95, p99, max } = roundAll(summarize(values), 2);

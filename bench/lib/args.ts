@@ -14,3 +14,14 @@ export function positiveInt(flag: string, value: string): number {
 export function positiveInts(flag: string, value: string): number[] {
   return value.split(",").map((part) => positiveInt(flag, part.trim()));
 }
+
+/** `value` of `--flag` as a comma-separated list, each item one of `allowed`. */
+export function choices<T extends string>(flag: string, value: string, allowed: readonly T[]): T[] {
+  return value.split(",").map((part) => {
+    const v = part.trim();
+    if (!(allowed as readonly string[]).includes(v)) {
+      throw new Error(`--${flag} ${value}: ${v} is not one of ${allowed.join(", ")}`);
+    }
+    return v as T;
+  });
+}
