@@ -7,15 +7,18 @@
 //
 // Options: --quick, --reps N, --only sys1,sys2, --phases throughput,latency,...,
 //          --sizes 500,10000 (no-op throughput sizes), --ledger-sizes 10000,
-//          --rss-backlog N, --setting NAME (Conveyor's setting for the
-//          latency, scale and rss phases instead of its best no-op one),
+//          --rss-backlog N, --setting NAME,SYSTEM=NAME (Conveyor's setting,
+//          and other systems', for the latency, scale and rss phases instead
+//          of each one's best no-op one),
 //          --out FILE, --render / --no-render, --profile (Bun CPU profiles of
-//          Conveyor runs into bench/.profiles/), --redis-url URL.
+//          Conveyor runs into bench/.profiles/), --redis-url URL, --dry-run
+//          (print what would run, as JSON, and run nothing).
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { ALLOCATOR_ENV, withAllocatorEnv } from "../src/runtime.ts";
+import { choices, positiveInt, positiveInts } from "./lib/args.ts";
 import { findNode, machine, ROOT, versions } from "./lib/environment.ts";
 import { RESULT_PREFIX, type Result, type SettingValues, type Task } from "./lib/protocol.ts";
 import {
@@ -49,6 +52,7 @@ const { values: opt } = parseArgs({
     out: { type: "string" },
     render: { type: "boolean" },
     profile: { type: "boolean", default: false },
+    "dry-run": { type: "boolean", default: false },
     "redis-url": {
       type: "string",
       default: process.env.BENCH_REDIS_URL ?? "redis://127.0.0.1:6379/5",
@@ -58,43 +62,76 @@ const { values: opt } = parseArgs({
 });
 
 const profile: Profile = { ...(opt.quick ? QUICK : FULL) };
-if (opt.reps) profile.reps = Math.max(1, Number(opt.reps));
-if (opt.sizes) profile.throughputN = opt.sizes.split(",").map(Number);
-if (opt["ledger-sizes"]) profile.ledgerN = opt["ledger-sizes"].split(",").map(Number);
+if (opt.reps !== undefined) profile.reps = positiveInt("reps", opt.reps);
+if (opt.sizes !== undefined) profile.throughputN = positiveInts("sizes", opt.sizes);
+if (opt["ledger-sizes"] !== undefined) {
+  profile.ledgerN = positiveInts("ledger-sizes", opt["ledger-sizes"]);
+}
 if (opt["rss-backlog"] !== undefined) {
-  const backlog = Number(opt["rss-backlog"]);
-  if (!Number.isInteger(backlog) || backlog < 1) {
-    throw new Error(`--rss-backlog ${opt["rss-backlog"]}: expected a whole number of jobs`);
-  }
-  profile.rssBacklog = backlog;
+  profile.rssBacklog = positiveInt("rss-backlog", opt["rss-backlog"]);
 }
-const conveyorSetting = opt.setting;
-const conveyorSettings = Object.keys(SYSTEMS.find((s) => s.id === "conveyor")?.settings ?? {});
-if (conveyorSetting !== undefined && !conveyorSettings.includes(conveyorSetting)) {
-  throw new Error(
-    `--setting ${conveyorSetting}: Conveyor has no such setting (bench/plan.ts: ${conveyorSettings.join(", ")})`,
-  );
-}
-const only = opt.only ? new Set(opt.only.split(",")) : undefined;
+// A misspelt system or phase stops the run with the name, instead of
+// leaving it out and measuring the rest as if nothing were missing.
+const only =
+  opt.only !== undefined
+    ? new Set(
+        choices(
+          "only",
+          opt.only,
+          SYSTEMS.map((s) => s.id),
+        ),
+      )
+    : undefined;
 const phases = new Set<Phase>(
-  opt.phases ? (opt.phases.split(",") as Phase[]).filter((p) => PHASES.includes(p)) : PHASES,
+  opt.phases !== undefined ? choices("phases", opt.phases, PHASES) : PHASES,
 );
 const systems = SYSTEMS.filter((s) => !only || only.has(s.id));
-// Latency, scale and memory run Conveyor at its best throughput setting at
-// profile.referenceN (reference(), below), the configuration the targets are
-// about. With no throughput run at that size to find it, it would silently
-// be the first setting in bench/plan.ts instead.
-const usesBest = (["latency", "scale", "rss"] as Phase[]).filter((p) => phases.has(p));
+const givenSettings = opt.setting !== undefined ? parseSettings(opt.setting) : new Map();
+// The latency phase runs every system, and scale and memory run Conveyor, at
+// its best throughput setting at profile.referenceN (reference(), below):
+// the configuration the targets are about, and the one the peers' figures
+// stand for. With no throughput run at that size to find it, it would
+// silently be the first setting in bench/plan.ts instead, so it must be given.
 const findsBest = phases.has("throughput") && profile.throughputN.includes(profile.referenceN);
-if (
-  conveyorSetting === undefined &&
-  !findsBest &&
-  usesBest.length > 0 &&
-  systems.some((s) => s.id === "conveyor")
-) {
-  throw new Error(
-    `--setting: required for Conveyor when ${usesBest.join(", ")} run without a throughput run at N = ${profile.referenceN}, which would pick its best setting (bench/plan.ts: ${conveyorSettings.join(", ")})`,
+if (!findsBest) {
+  const needing = systems.filter(
+    (s) =>
+      !givenSettings.has(s.id) &&
+      ((phases.has("latency") && s.latency) ||
+        (s.id === "conveyor" && (phases.has("scale") || phases.has("rss")))),
   );
+  if (needing.length > 0) {
+    throw new Error(
+      `--setting: required for ${needing.map((s) => `${s.id} (${Object.keys(s.settings).join(", ")})`).join("; ")}: ${[...phases].filter((p) => ["latency", "scale", "rss"].includes(p)).join(", ")} without a throughput run at N = ${profile.referenceN}, which would pick each one's best setting; e.g. --setting c4000-b2000,bullmq-redis=c200`,
+    );
+  }
+}
+
+/**
+ * `--setting`: a comma-separated list of `system=setting`, or a bare setting
+ * for Conveyor. Each must be one of that system's settings in bench/plan.ts.
+ */
+function parseSettings(value: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const part of value.split(",")) {
+    const item = part.trim();
+    const eq = item.indexOf("=");
+    const id = eq < 0 ? "conveyor" : item.slice(0, eq);
+    const name = eq < 0 ? item : item.slice(eq + 1);
+    const spec = SYSTEMS.find((s) => s.id === id);
+    if (spec === undefined) {
+      throw new Error(
+        `--setting ${value}: ${id} is not one of ${SYSTEMS.map((s) => s.id).join(", ")}`,
+      );
+    }
+    if (!(name in spec.settings)) {
+      throw new Error(
+        `--setting ${value}: ${id} has no setting ${name} (bench/plan.ts: ${Object.keys(spec.settings).join(", ")})`,
+      );
+    }
+    out.set(id, name);
+  }
+  return out;
 }
 const render = opt.render ?? profile.name === "full";
 
@@ -158,6 +195,8 @@ async function main() {
     profile: profile.name,
     reps: profile.reps,
     plan: profile,
+    // Settings chosen with --setting instead of each system's best no-op one.
+    ...(givenSettings.size > 0 ? { givenSettings: Object.fromEntries(givenSettings) } : {}),
     machine: machine(),
     versions: versions(node?.version),
     postgres: {
@@ -315,7 +354,7 @@ async function main() {
   };
   const conveyor = systems.find((s) => s.id === "conveyor");
   const reference = (spec: SystemSpec) =>
-    (spec.id === "conveyor" ? conveyorSetting : undefined) ??
+    givenSettings.get(spec.id) ??
     bestSetting(doc.runs, spec.id, profile.referenceN) ??
     Object.keys(spec.settings)[0] ??
     "";
@@ -372,7 +411,9 @@ async function main() {
             );
   }
   if (phases.has("latency")) {
-    log(`latency: enqueue-to-start, each system at its best setting for n=${profile.referenceN}`);
+    log(
+      `latency: enqueue-to-start, each system at its best setting for n=${profile.referenceN}${givenSettings.size > 0 ? ` or as --setting gives it` : ""}`,
+    );
     for (const rep of reps)
       for (const l of profile.latency)
         for (const spec of systems.filter((s) => s.latency)) {
@@ -463,5 +504,17 @@ async function main() {
 const SLOW_RUN_BUDGET_S = 60;
 
 for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => process.exit(130));
-await main();
+if (opt["dry-run"]) {
+  // What this command would measure, after every check above, and nothing run.
+  console.log(
+    JSON.stringify({
+      profile,
+      systems: systems.map((s) => s.id),
+      phases: [...phases],
+      givenSettings: Object.fromEntries(givenSettings),
+    }),
+  );
+} else {
+  await main();
+}
 process.exit(0);
