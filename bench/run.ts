@@ -86,7 +86,8 @@ const phases = new Set<Phase>(
   opt.phases !== undefined ? choices("phases", opt.phases, PHASES) : PHASES,
 );
 const systems = SYSTEMS.filter((s) => !only || only.has(s.id));
-const givenSettings = opt.setting !== undefined ? parseSettings(opt.setting) : new Map();
+const givenSettings =
+  opt.setting !== undefined ? parseSettings(opt.setting) : new Map<string, string>();
 // The latency phase runs every system, and scale and memory run Conveyor, at
 // its best throughput setting at profile.referenceN (reference(), below):
 // the configuration the targets are about, and the one the peers' figures

@@ -67,37 +67,34 @@ function dryRun(args: string[]) {
   return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
 }
 
+/** Expects bench/run.ts to refuse `args`, saying `says`; returns its stderr. */
+function refused(args: string[], says: string): string {
+  const r = dryRun(args);
+  expect(r.code).not.toBe(0);
+  expect(r.err).toContain(says);
+  return r.err;
+}
+
 describe("bench/run.ts options", () => {
   test("a misspelt phase or system stops the run and names it", () => {
-    const phase = dryRun(["--phases", "throughput,latenc"]);
-    expect(phase.code).not.toBe(0);
-    expect(phase.err).toContain("--phases throughput,latenc: latenc is not one of");
-    const system = dryRun(["--only", "conveyor,bulmq-redis", "--phases", "throughput"]);
-    expect(system.code).not.toBe(0);
-    expect(system.err).toContain("bulmq-redis is not one of");
-    const reps = dryRun(["--reps", "three"]);
-    expect(reps.code).not.toBe(0);
-    expect(reps.err).toContain("--reps three: expected a whole number");
+    refused(["--phases", "throughput,latenc"], "--phases throughput,latenc: latenc is not one of");
+    refused(
+      ["--only", "conveyor,bulmq-redis", "--phases", "throughput"],
+      "bulmq-redis is not one of",
+    );
+    refused(["--reps", "three"], "--reps three: expected a whole number");
   });
 
   test("a setting must be one of that system's", () => {
-    const r = dryRun(["--setting", "c4000-b2000,bullmq-redis=c999"]);
-    expect(r.code).not.toBe(0);
-    expect(r.err).toContain("bullmq-redis has no setting c999");
-    const conveyor = dryRun(["--setting", "c9"]);
-    expect(conveyor.code).not.toBe(0);
-    expect(conveyor.err).toContain("conveyor has no setting c9");
+    refused(["--setting", "c4000-b2000,bullmq-redis=c999"], "bullmq-redis has no setting c999");
+    refused(["--setting", "c9"], "conveyor has no setting c9");
   });
 
   test("latency without a throughput run to pick settings needs each system's", () => {
     const base = ["--only", "conveyor,bullmq-redis", "--phases", "latency"];
-    const none = dryRun(base);
-    expect(none.code).not.toBe(0);
-    expect(none.err).toContain("required for conveyor");
-    const onlyConveyor = dryRun([...base, "--setting", "c4000-b2000"]);
-    expect(onlyConveyor.code).not.toBe(0);
-    expect(onlyConveyor.err).toContain("required for bullmq-redis");
-    expect(onlyConveyor.err).not.toContain("required for conveyor");
+    refused(base, "required for conveyor");
+    const err = refused([...base, "--setting", "c4000-b2000"], "required for bullmq-redis");
+    expect(err).not.toContain("required for conveyor");
 
     const both = dryRun([...base, "--setting", "c4000-b2000,bullmq-redis=c200"]);
     expect(both.err).toBe("");
