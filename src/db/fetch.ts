@@ -20,6 +20,12 @@ export interface FetchParams {
  * the server much less than extract (numeric since Postgres 14); in a bare
  * fetch-and-complete loop of 100,000 jobs that was 57,600-62,800 -> 64,400-
  * 67,200 jobs/s. Errors come only when an earlier attempt left some.
+ *
+ * The float8 epoch is rounded to whole microseconds before it is floored to
+ * milliseconds: floor(epoch * 1000) alone put some whole-millisecond times
+ * 1 ms low (0.5% of those between 2001 and 2038, 12% after: the float's
+ * error crosses the boundary). Rounded, it is exact up to 2106, where
+ * the float's error reaches half a microsecond.
  */
 export interface LeasedRow {
   id: string;
@@ -76,15 +82,15 @@ export async function fetchJobs(db: Db, p: FetchParams): Promise<LeasedRow[]> {
           for update skip locked))
       returning j.id,
                 concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
-                          floor(date_part('epoch', j.run_at) * 1000)::int8,
+                          floor(round(date_part('epoch', j.run_at) * 1e6) / 1e3)::int8,
                           case when j.created_at <> j.run_at
-                               then floor(date_part('epoch', j.created_at) * 1000)::int8::text
+                               then floor(round(date_part('epoch', j.created_at) * 1e6) / 1e3)::int8::text
                                else '' end,
                           array_position(${p.kinds}::text[], j.kind)) as n,
                 j.payload, j.idempotency_key, j.traceparent, j.tracestate, j.errors)
     select string_agg(n, ' ') as n,
-           floor(date_part('epoch', now() + ${p.leaseMs}::float8 * interval '1 millisecond')
-                 * 1000)::int8::text as lease_expires_at_ms,
+           floor(round(date_part('epoch', now() + ${p.leaseMs}::float8 * interval '1 millisecond')
+                       * 1e6) / 1e3)::int8::text as lease_expires_at_ms,
            json_agg(payload) as payloads,
            json_agg(traceparent) as traceparents,
            json_object_agg(id, json_build_array(idempotency_key, tracestate,
