@@ -17,13 +17,13 @@
 // per size. Prints a Markdown table of medians and writes
 // results/ab-<date>-<label>.json with both revisions, every cell and every
 // raw run.
-import { spawnSync } from "node:child_process";
-import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { positiveInt, positiveInts } from "./lib/args.ts";
+import { checkout, revision, run } from "./lib/checkout.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { median, round } from "./lib/stats.ts";
 import { type RunRecord, throughputTable } from "./lib/summary.ts";
@@ -61,35 +61,6 @@ interface Cell {
   jobsPerSec: number;
   serverUsPerJob: number | undefined;
   workerUsPerJob: number;
-}
-
-function run(cmd: string[], cwd: string, env: Record<string, string> = {}): string {
-  const r = spawnSync(cmd[0] as string, cmd.slice(1), {
-    cwd,
-    env: { ...process.env, ...env },
-    encoding: "utf8",
-    timeout: 900_000,
-    maxBuffer: 64 * 1024 * 1024,
-  });
-  if (r.status !== 0) {
-    throw new Error(`${cmd.join(" ")} (in ${cwd}) exited ${r.status}: ${r.stderr}${r.stdout}`);
-  }
-  return r.stdout;
-}
-
-const revision = (rev: string) =>
-  run(["git", "rev-parse", "--verify", `${rev}^{commit}`], ROOT).trim();
-
-/** Revision `sha` in `dir`, with our node_modules; `patch` applied if given. */
-function checkout(dir: string, sha: string, patch: string | undefined) {
-  mkdirSync(dir, { recursive: true });
-  const tar = spawnSync("git", ["archive", sha], { cwd: ROOT, maxBuffer: 1024 ** 3 });
-  if (tar.status !== 0) throw new Error(`git archive ${sha}: ${tar.stderr}`);
-  const x = spawnSync("tar", ["-x", "-C", dir], { input: tar.stdout });
-  if (x.status !== 0) throw new Error(`tar: ${x.stderr}`);
-  symlinkSync(path.join(ROOT, "node_modules"), path.join(dir, "node_modules"));
-  // git apply works outside a repository; it refuses a patch that no longer fits.
-  if (patch) run(["git", "apply", patch], dir);
 }
 
 const shas: Record<Variant, string> = { base: revision(opt.base), head: revision(opt.head) };

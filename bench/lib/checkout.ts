@@ -1,0 +1,39 @@
+// Versions of the engine side by side: `git archive` of a revision in a
+// folder of its own with this checkout's node_modules, so that uncommitted
+// changes are not measured. bench/ab.ts and bench/stalls-ab.ts run the
+// bench's own tools inside such folders.
+import { spawnSync } from "node:child_process";
+import { mkdirSync, symlinkSync } from "node:fs";
+import path from "node:path";
+import { ROOT } from "./environment.ts";
+
+/** Runs a command to its end; throws with its output if it fails. */
+export function run(cmd: string[], cwd: string, env: Record<string, string> = {}): string {
+  const r = spawnSync(cmd[0] as string, cmd.slice(1), {
+    cwd,
+    env: { ...process.env, ...env },
+    encoding: "utf8",
+    timeout: 900_000,
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  if (r.status !== 0) {
+    throw new Error(`${cmd.join(" ")} (in ${cwd}) exited ${r.status}: ${r.stderr}${r.stdout}`);
+  }
+  return r.stdout;
+}
+
+/** The full sha of a revision of this repository. */
+export const revision = (rev: string) =>
+  run(["git", "rev-parse", "--verify", `${rev}^{commit}`], ROOT).trim();
+
+/** Revision `sha` in `dir`, with our node_modules; `patch` applied if given. */
+export function checkout(dir: string, sha: string, patch?: string) {
+  mkdirSync(dir, { recursive: true });
+  const tar = spawnSync("git", ["archive", sha], { cwd: ROOT, maxBuffer: 1024 ** 3 });
+  if (tar.status !== 0) throw new Error(`git archive ${sha}: ${tar.stderr}`);
+  const x = spawnSync("tar", ["-x", "-C", dir], { input: tar.stdout });
+  if (x.status !== 0) throw new Error(`tar: ${x.stderr}`);
+  symlinkSync(path.join(ROOT, "node_modules"), path.join(dir, "node_modules"));
+  // git apply works outside a repository; it refuses a patch that no longer fits.
+  if (patch) run(["git", "apply", patch], dir);
+}
