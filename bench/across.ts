@@ -15,7 +15,9 @@
 // about the best an engine could do with those statements (up to the
 // host's drift between cells: Conveyor has run up to 1.17x the loop).
 // Where the loop itself is under a target, the statements miss it, not
-// the worker pool. Prints Markdown.
+// the worker pool. The last column is the share of the ceiling that the
+// peer target asks for: near 100%, no engine could meet it in that file.
+// Prints Markdown.
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
