@@ -45,12 +45,11 @@
  * compilations land in the first seconds of a drain, on cores the worker
  * shares with PostgreSQL (before ca10248 one of them took 156 ms of a
  * 100,000-job drain: bench/README.md, "Where the worker's time goes").
- * Without the FTL tier (the
- * DFG tier's code stays), the bench's Conveyor throughput cells
- * (bench/ab.ts, 8 alternating rounds, results/ab-2026-12-06-ftl-off.json,
- * AMD EPYC): worker CPU per job -2.69 µs at 10,000 jobs (lower in 7 of 8
- * rounds) and -0.72 µs at 100,000 (6 of 8); jobs/s x1.105 and x1.015
- * (faster in 6 and 5 of 8). Through 1,000,000 jobs, where the FTL's code
+ * Without the FTL tier (the DFG tier's code stays), the bench's Conveyor
+ * throughput cells (bench/ab.ts, 8 alternating rounds on an AMD EPYC,
+ * results/ab-2026-12-06-ftl-off.json): worker CPU per job -2.69 µs at
+ * 10,000 jobs (lower in 7 of 8 rounds) and -0.72 µs at 100,000 (6 of 8);
+ * jobs/s x1.105 and x1.015 (faster in 6 and 5 of 8). Through 1,000,000 jobs, where the FTL's code
  * has the longest to pay back its compiling (2 rounds,
  * results/ab-2026-12-06-ftl-off-1m.json): worker CPU per job -0.17 µs
  * (lower in 2 of 2), jobs/s x1.055 (faster in 2 of 2): no loss there either.
