@@ -18,12 +18,10 @@
 // results/ab-<date>-<label>.json with both revisions, every cell and every
 // raw run.
 import { readFileSync, writeFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { positiveInt, positiveInts } from "./lib/args.ts";
-import { checkout, revision, run } from "./lib/checkout.ts";
+import { alternate, comparisonOut, run, type Side } from "./lib/checkout.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { median, round } from "./lib/stats.ts";
 import { type RunRecord, throughputTable } from "./lib/summary.ts";
@@ -50,12 +48,10 @@ const HEAD_ENV = Object.fromEntries(
     return [kv.slice(0, i), kv.slice(i + 1)];
   }),
 );
-const VARIANTS = ["base", "head"] as const;
-type Variant = (typeof VARIANTS)[number];
 
 interface Cell {
   round: number;
-  variant: Variant;
+  variant: Side;
   n: number;
   setting: string;
   jobsPerSec: number;
@@ -63,66 +59,55 @@ interface Cell {
   workerUsPerJob: number;
 }
 
-const shas: Record<Variant, string> = { base: revision(opt.base), head: revision(opt.head) };
-const work = await mkdtemp(path.join(tmpdir(), "conveyor-bench-ab-"));
-const dirs: Record<Variant, string> = {
-  base: path.join(work, "base"),
-  head: path.join(work, "head"),
-};
-const raw: { round: number; variant: Variant; runs: RunRecord[] }[] = [];
+const raw: { round: number; variant: Side; runs: RunRecord[] }[] = [];
 const cells: Cell[] = [];
-try {
-  checkout(dirs.base, shas.base, undefined);
-  checkout(dirs.head, shas.head, PATCH);
-  for (let r = 1; r <= ROUNDS; r++) {
-    const order = r % 2 === 1 ? VARIANTS : [...VARIANTS].reverse();
-    for (const variant of order) {
-      const file = path.join(work, `r${r}-${variant}.json`);
-      run(
-        [
-          process.execPath,
-          "bench/run.ts",
-          "--only",
-          "conveyor",
-          "--phases",
-          "throughput",
-          "--sizes",
-          SIZES.join(","),
-          "--reps",
-          "1",
-          "--no-render",
-          "--out",
-          file,
-        ],
-        dirs[variant],
-        variant === "head" ? HEAD_ENV : {},
-      );
-      const runs = (JSON.parse(readFileSync(file, "utf8")) as { runs: RunRecord[] }).runs;
-      raw.push({ round: r, variant, runs });
-      for (const n of SIZES) {
-        const best = throughputTable(runs, "throughput", n).get("conveyor")?.best;
-        if (!best) throw new Error(`round ${r} ${variant} N=${n}: no setting ran`);
-        const cell: Cell = {
-          round: r,
-          variant,
-          n,
-          setting: best.setting,
-          jobsPerSec: best.median,
-          serverUsPerJob: Number.isFinite(best.serverCpuUsPerJob)
-            ? round(best.serverCpuUsPerJob, 2)
-            : undefined,
-          workerUsPerJob: round(best.cpuUsPerJob, 2),
-        };
-        cells.push(cell);
-        console.log(JSON.stringify(cell));
-      }
+const shas = await alternate(
+  { base: opt.base, head: opt.head },
+  PATCH,
+  ROUNDS,
+  (r, variant, dir, file) => {
+    run(
+      [
+        process.execPath,
+        "bench/run.ts",
+        "--only",
+        "conveyor",
+        "--phases",
+        "throughput",
+        "--sizes",
+        SIZES.join(","),
+        "--reps",
+        "1",
+        "--no-render",
+        "--out",
+        file,
+      ],
+      dir,
+      variant === "head" ? HEAD_ENV : {},
+    );
+    const runs = (JSON.parse(readFileSync(file, "utf8")) as { runs: RunRecord[] }).runs;
+    raw.push({ round: r, variant, runs });
+    for (const n of SIZES) {
+      const best = throughputTable(runs, "throughput", n).get("conveyor")?.best;
+      if (!best) throw new Error(`round ${r} ${variant} N=${n}: no setting ran`);
+      const cell: Cell = {
+        round: r,
+        variant,
+        n,
+        setting: best.setting,
+        jobsPerSec: best.median,
+        serverUsPerJob: Number.isFinite(best.serverCpuUsPerJob)
+          ? round(best.serverCpuUsPerJob, 2)
+          : undefined,
+        workerUsPerJob: round(best.cpuUsPerJob, 2),
+      };
+      cells.push(cell);
+      console.log(JSON.stringify(cell));
     }
-  }
-} finally {
-  await rm(work, { recursive: true, force: true });
-}
+  },
+);
 
-const cellOf = (r: number, v: Variant, n: number) =>
+const cellOf = (r: number, v: Side, n: number) =>
   cells.find((c) => c.round === r && c.variant === v && c.n === n) as Cell;
 const rounds = Array.from({ length: ROUNDS }, (_, i) => i + 1);
 const summary = SIZES.map((n) => {
@@ -149,9 +134,7 @@ const summary = SIZES.map((n) => {
   };
 });
 
-const date = new Date().toISOString().slice(0, 10);
-const label = opt.label ?? `${shas.base.slice(0, 7)}-${shas.head.slice(0, 7)}`;
-const out = opt.out ?? path.join(ROOT, "results", `ab-${date}-${label}.json`);
+const out = comparisonOut("ab", shas, opt.label, opt.out);
 writeFileSync(
   out,
   `${JSON.stringify(

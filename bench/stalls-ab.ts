@@ -14,12 +14,10 @@
 // acknowledgement. Writes results/stalls-<date>-<label>.json with both
 // revisions, the summary and every raw run.
 import { readFileSync, writeFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { choices, positiveInt } from "./lib/args.ts";
-import { checkout, revision, run } from "./lib/checkout.ts";
+import { alternate, comparisonOut, run, type Side } from "./lib/checkout.ts";
 import { machine, ROOT } from "./lib/environment.ts";
 import { median } from "./lib/stats.ts";
 
@@ -35,8 +33,6 @@ const { values: opt } = parseArgs({
 });
 const PAIRS = positiveInt("pairs", String(opt.pairs));
 const VARIANTS = choices("variants", String(opt.variants), ["bare", "enqueue", "handoff"]);
-const SIDES = ["base", "head"] as const;
-type Side = (typeof SIDES)[number];
 
 interface Percentiles {
   p50: number;
@@ -48,26 +44,20 @@ interface StallsRun {
   start?: Percentiles;
 }
 
-const shas: Record<Side, string> = { base: revision(opt.base), head: revision(opt.head) };
-const work = await mkdtemp(path.join(tmpdir(), "conveyor-bench-stalls-ab-"));
 const runs: { pair: number; side: Side; first: Side; doc: { runs: StallsRun[] } }[] = [];
-try {
-  for (const side of SIDES) checkout(path.join(work, side), shas[side]);
-  for (let pair = 1; pair <= PAIRS; pair++) {
-    const order = pair % 2 === 1 ? SIDES : [...SIDES].reverse();
-    for (const side of order) {
-      const file = path.join(work, `p${pair}-${side}.json`);
-      const args = ["bench/stalls.ts", "--variants", VARIANTS.join(","), "--rounds", "1"];
-      run([process.execPath, ...args, "--out", file], path.join(work, side));
-      const doc = JSON.parse(readFileSync(file, "utf8")) as { runs: StallsRun[] };
-      runs.push({ pair, side, first: order[0] as Side, doc });
-      const seen = doc.runs.map((r) => `${r.variant} p50 ${(r.start ?? r.ack).p50}`).join(", ");
-      console.log(`pair ${pair} ${side}: ${seen}`);
-    }
-  }
-} finally {
-  await rm(work, { recursive: true, force: true });
-}
+const shas = await alternate(
+  { base: opt.base, head: opt.head },
+  undefined,
+  PAIRS,
+  (pair, side, dir, file, first) => {
+    const args = ["bench/stalls.ts", "--variants", VARIANTS.join(","), "--rounds", "1"];
+    run([process.execPath, ...args, "--out", file], dir);
+    const doc = JSON.parse(readFileSync(file, "utf8")) as { runs: StallsRun[] };
+    runs.push({ pair, side, first, doc });
+    const seen = doc.runs.map((r) => `${r.variant} p50 ${(r.start ?? r.ack).p50}`).join(", ");
+    console.log(`pair ${pair} ${side}: ${seen}`);
+  },
+);
 
 const figure = (side: Side, variant: string, key: keyof Percentiles) =>
   runs
@@ -93,9 +83,7 @@ const summary = VARIANTS.map((variant) => {
   return out;
 });
 
-const date = new Date().toISOString().slice(0, 10);
-const label = opt.label ?? `${shas.base.slice(0, 7)}-${shas.head.slice(0, 7)}`;
-const out = opt.out ?? path.join(ROOT, "results", `stalls-${date}-${label}.json`);
+const out = comparisonOut("stalls", shas, opt.label, opt.out);
 writeFileSync(
   out,
   `${JSON.stringify(
