@@ -17,7 +17,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { ALLOCATOR_ENV, withAllocatorEnv } from "../src/runtime.ts";
+import { RUNTIME_ENV, withRuntimeEnv } from "../src/runtime.ts";
 import { choices, positiveInt, positiveInts } from "./lib/args.ts";
 import { findNode, machine, ROOT, versions } from "./lib/environment.ts";
 import { RESULT_PREFIX, type Result, type SettingValues, type Task } from "./lib/protocol.ts";
@@ -33,8 +33,8 @@ import { bestSetting, type RunRecord } from "./lib/summary.ts";
 import { FULL, type Profile, QUICK, SYSTEMS, type SystemSpec, timeLimitMs } from "./plan.ts";
 import { renderMarkdown, writeReadme } from "./render.ts";
 
-/** Bun children's environment: the daemon's allocator setting, unless ours sets it. */
-const BUN_CHILD_ENV = withAllocatorEnv(process.env);
+/** Bun children's environment: the daemon's runtime settings, unless ours sets them. */
+const BUN_CHILD_ENV = withRuntimeEnv(process.env);
 
 const PHASES = ["throughput", "ledger", "latency", "enqueue", "scale", "rss"] as const;
 type Phase = (typeof PHASES)[number];
@@ -213,7 +213,7 @@ async function main() {
     // Environment added to every Bun child (Conveyor and the bare loops), as
     // the daemon sets it for itself; a value in our own environment wins.
     bunEnv: Object.fromEntries(
-      Object.keys(ALLOCATOR_ENV).map((k) => [k, BUN_CHILD_ENV[k] as string]),
+      Object.keys(RUNTIME_ENV).map((k) => [k, BUN_CHILD_ENV[k] as string]),
     ),
     // JavaScriptCore options our own environment passes on to the Bun
     // children (BUN_JSC_*): none in a plain run; a run made with some is

@@ -22,7 +22,7 @@ import postgres from "postgres";
 import { migrate } from "../src/db/migrate.ts";
 import { enqueue } from "../src/enqueue.ts";
 import { silentLogger } from "../src/logger.ts";
-import { ALLOCATOR_ENV, execWithAllocatorSettings } from "../src/runtime.ts";
+import { execWithRuntimeSettings, RUNTIME_ENV } from "../src/runtime.ts";
 import { createWorker } from "../src/worker/worker.ts";
 import { choices, positiveInt } from "./lib/args.ts";
 import { ENQUEUE_POOL, nowMs, openLoop, pollUntil, sleep } from "./lib/driver.ts";
@@ -31,7 +31,7 @@ import { PG_SETTINGS, startBenchPostgres } from "./lib/services.ts";
 import { round, roundAll, summarize } from "./lib/stats.ts";
 
 // The daemon's runtime settings, as the bench's Bun children get them.
-execWithAllocatorSettings();
+execWithRuntimeSettings();
 
 const { values: opt } = parseArgs({
   options: {
@@ -166,7 +166,7 @@ writeFileSync(
       machine: machine(),
       versions: versions(),
       postgres: PG_SETTINGS,
-      bunEnv: Object.fromEntries(Object.keys(ALLOCATOR_ENV).map((k) => [k, process.env[k]])),
+      bunEnv: Object.fromEntries(Object.keys(RUNTIME_ENV).map((k) => [k, process.env[k]])),
       settings: { rate: RATE, n: N, warmup: WARMUP, rounds: ROUNDS, variants },
       runs,
     },

@@ -54,26 +54,26 @@
  * results/ab-2026-12-06-ftl-off-1m.json): worker CPU per job -0.17 µs
  * (lower in 2 of 2), jobs/s x1.055 (faster in 2 of 2): no loss there either.
  */
-export const ALLOCATOR_ENV = {
+export const RUNTIME_ENV = {
   MIMALLOC_PURGE_DELAY: "10000",
   BUN_JSC_useWarmUpMarkedBlocks: "0",
   BUN_JSC_useFTLJIT: "0",
 } as const;
 
-/** `env` with ALLOCATOR_ENV's variables added where it leaves them unset. */
-export function withAllocatorEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  return { ...ALLOCATOR_ENV, ...env };
+/** `env` with RUNTIME_ENV's variables added where it leaves them unset. */
+export function withRuntimeEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return { ...RUNTIME_ENV, ...env };
 }
 
 /**
  * Re-executes this process in place (same pid, process.execve) with
- * ALLOCATOR_ENV added, unless the environment already sets every variable
+ * RUNTIME_ENV added, unless the environment already sets every variable
  * in it (a value of its own, or this call's earlier exec). Called first
  * thing by the daemon's entry, before anything is opened or started.
  * Returns only when it did not re-execute.
  */
-export function execWithAllocatorSettings(env: NodeJS.ProcessEnv = process.env): void {
-  const missing = Object.keys(ALLOCATOR_ENV).filter((k) => env[k] === undefined);
+export function execWithRuntimeSettings(env: NodeJS.ProcessEnv = process.env): void {
+  const missing = Object.keys(RUNTIME_ENV).filter((k) => env[k] === undefined);
   if (missing.length === 0 || typeof process.execve !== "function") return;
   // A compiled binary's argv[1] is its embedded entry, which it adds itself.
   const compiled = Bun.main.startsWith("/$bunfs/");
@@ -81,9 +81,9 @@ export function execWithAllocatorSettings(env: NodeJS.ProcessEnv = process.env):
     ? [process.execPath, ...process.argv.slice(2)]
     : [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
   try {
-    process.execve(process.execPath, args, withAllocatorEnv(env));
+    process.execve(process.execPath, args, withRuntimeEnv(env));
   } catch (error) {
-    // Not worth failing to start over: run on with the allocator's defaults.
+    // Not worth failing to start over: run on with Bun's defaults.
     process.stderr.write(
       `conveyor: could not re-execute with ${missing.join(", ")} set (${String(error)}); continuing without\n`,
     );

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { copyFile } from "node:fs/promises";
 import path from "node:path";
-import { ALLOCATOR_ENV } from "../src/runtime.ts";
+import { RUNTIME_ENV } from "../src/runtime.ts";
 import {
   cleanEnv,
   freePort,
@@ -136,10 +136,10 @@ describe("the compiled binary", () => {
       const daemon = spawnConveyor(["start", "--config", config], { cmd, cwd: dir });
       try {
         await waitReady(daemon, `http://127.0.0.1:${port}`);
-        // The binary re-executed itself in place with its allocator setting
+        // The binary re-executed itself in place with its runtime settings
         // (src/runtime.ts), its own arguments intact (it answers on its port).
         const environ = await Bun.file(`/proc/${daemon.proc.pid}/environ`).text();
-        for (const [k, v] of Object.entries(ALLOCATOR_ENV)) {
+        for (const [k, v] of Object.entries(RUNTIME_ENV)) {
           expect(environ.split("\0")).toContain(`${k}=${v}`);
         }
         const enq = await runConveyor(["enqueue", "default", "greet/hello", '{"name":"bin"}'], {

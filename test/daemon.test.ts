@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { chmod } from "node:fs/promises";
 import path from "node:path";
 import { enqueue } from "../src/enqueue.ts";
-import { ALLOCATOR_ENV } from "../src/runtime.ts";
+import { RUNTIME_ENV } from "../src/runtime.ts";
 import {
   cleanEnv,
   type Daemon,
@@ -126,11 +126,11 @@ paused = true
   );
 
   test(
-    "the daemon re-executed itself in place with its allocator setting",
+    "the daemon re-executed itself in place with its runtime settings (allocator, JIT)",
     async () => {
       // Same pid as spawned (process.execve keeps it), and that process answers.
       const environ = await Bun.file(`/proc/${daemon.proc.pid}/environ`).text();
-      for (const [k, v] of Object.entries(ALLOCATOR_ENV)) {
+      for (const [k, v] of Object.entries(RUNTIME_ENV)) {
         expect(environ.split("\0")).toContain(`${k}=${v}`);
       }
       expect((await fetch(`${base}/readyz`)).status).toBe(200);
@@ -239,7 +239,7 @@ test(
 );
 
 test(
-  "an allocator setting in the environment is kept, not replaced by the daemon's",
+  "a runtime setting in the environment is kept, not replaced by the daemon's",
   async () => {
     // Nothing listens on port 1: the daemon stays up, waiting for its database.
     const { config } = await workspace(
