@@ -57,6 +57,16 @@ interface Row {
   peerId: string;
 }
 
+/**
+ * The machine model a file's figures belong to. Files before the CPU's
+ * family and model were recorded carry only its name, which a hypervisor
+ * may give two generations alike.
+ */
+function cpuLabel(m: ResultsDoc["machine"]): string {
+  const name = m.cpuModel.replace(/\(R\)|\(TM\)|CPU|Processor/g, "").trim();
+  return m.cpuId ? `${name} (${m.cpuId.replace(/ stepping .*/, "")})` : name;
+}
+
 const rows: Row[] = [];
 for (const file of files) {
   const doc = JSON.parse(readFileSync(file, "utf8")) as ResultsDoc;
@@ -66,7 +76,7 @@ for (const file of files) {
     if (![f.ceiling, f.statements, f.conveyor].every(Number.isFinite)) continue;
     rows.push({
       file: path.basename(file),
-      cpu: doc.machine.cpuModel.replace(/\(R\)|\(TM\)|CPU|Processor/g, "").trim(),
+      cpu: cpuLabel(doc.machine),
       date: doc.date.slice(0, 16).replace("T", " "),
       n,
       ceiling: f.ceiling,

