@@ -38,7 +38,11 @@ export interface ResultsDoc {
   versions: Record<string, string | undefined>;
   /** Added to every Bun child's environment (absent in files before it was recorded). */
   bunEnv?: Record<string, string>;
-  /** BUN_JSC_* variables the run passed to its Bun children (none in a plain run). */
+  /**
+   * BUN_JSC_* variables the run passed to its Bun children beyond the
+   * daemon's own (none in a plain run; files before e3c5d29 list the
+   * daemon's own too).
+   */
   jscOptions?: Record<string, string>;
   postgres: {
     version: string;
