@@ -372,7 +372,7 @@ export function renderMarkdown(doc: ResultsDoc): string {
   const v = doc.versions;
   const r = doc.redis;
   const tg = targets(doc.runs, doc.plan.throughputN);
-  // Files written before run.ts left the daemon's own options out of jscOptions list them too.
+  // Files written before e3c5d29 list the daemon's own options in jscOptions too.
   const extraJsc = extraJscOptions(doc.jscOptions ?? {}, doc.bunEnv ?? {});
   const sections = [
     `Run ${doc.date.slice(0, 16).replace("T", " ")} UTC, ${doc.profile} profile, median of ${doc.reps} repetition(s). ` +
