@@ -18,6 +18,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { choices, positiveInt } from "./lib/args.ts";
 import { alternate, comparisonOut, run, type Side } from "./lib/checkout.ts";
+import { STALLS_VARIANTS } from "./lib/driver.ts";
 import { machine, ROOT } from "./lib/environment.ts";
 import { median } from "./lib/stats.ts";
 
@@ -32,7 +33,7 @@ const { values: opt } = parseArgs({
   },
 });
 const PAIRS = positiveInt("pairs", String(opt.pairs));
-const VARIANTS = choices("variants", String(opt.variants), ["bare", "enqueue", "handoff"]);
+const VARIANTS = choices("variants", String(opt.variants), STALLS_VARIANTS);
 
 interface Percentiles {
   p50: number;

@@ -25,7 +25,7 @@ import { silentLogger } from "../src/logger.ts";
 import { execWithRuntimeSettings, RUNTIME_ENV } from "../src/runtime.ts";
 import { createWorker } from "../src/worker/worker.ts";
 import { choices, positiveInt } from "./lib/args.ts";
-import { ENQUEUE_POOL, nowMs, openLoop, pollUntil, sleep } from "./lib/driver.ts";
+import { ENQUEUE_POOL, nowMs, openLoop, pollUntil, STALLS_VARIANTS, sleep } from "./lib/driver.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { PG_SETTINGS, startBenchPostgres } from "./lib/services.ts";
 import { round, roundAll, summarize } from "./lib/stats.ts";
@@ -46,9 +46,8 @@ const RATE = positiveInt("rate", opt.rate);
 const N = positiveInt("n", opt.n);
 const ROUNDS = positiveInt("rounds", opt.rounds);
 const WARMUP = Math.round(N / 10);
-const VARIANTS = ["bare", "enqueue", "handoff"] as const;
-type Variant = (typeof VARIANTS)[number];
-const variants = choices("variants", opt.variants, VARIANTS);
+type Variant = (typeof STALLS_VARIANTS)[number];
+const variants = choices("variants", opt.variants, STALLS_VARIANTS);
 
 const pct = (values: number[]) => {
   const { p50, p95, p99, max } = roundAll(summarize(values), 2);

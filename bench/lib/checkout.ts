@@ -25,11 +25,11 @@ export function run(cmd: string[], cwd: string, env: Record<string, string> = {}
 }
 
 /** The full sha of a revision of this repository. */
-export const revision = (rev: string) =>
+const revision = (rev: string) =>
   run(["git", "rev-parse", "--verify", `${rev}^{commit}`], ROOT).trim();
 
 /** Revision `sha` in `dir`, with our node_modules; `patch` applied if given. */
-export function checkout(dir: string, sha: string, patch?: string) {
+function checkout(dir: string, sha: string, patch?: string) {
   mkdirSync(dir, { recursive: true });
   const tar = spawnSync("git", ["archive", sha], { cwd: ROOT, maxBuffer: 1024 ** 3 });
   if (tar.status !== 0) throw new Error(`git archive ${sha}: ${tar.stderr}`);
