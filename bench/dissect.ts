@@ -25,6 +25,15 @@
 //   visibility-timeout design would (a leased job stays 'available' with a
 //   live lease, the dequeue skips it by a heap filter, no reaper index), so
 //   its update can be HOT. An experiment: the engine does not work this way.
+// - ret-*: Conveyor's fetch update with parts of its return taken away, to
+//   split what the return costs the server. ret-full is the whole return, a
+//   copy of fetch.ts's: against `conveyor` it shows the noise. ret-one-group
+//   drops the grouping by size (one row for the batch); ret-no-rare the
+//   keyed aggregate of idempotency keys, tracestates and errors; ret-no-epoch
+//   the epoch conversions; ret-none-extra all of these and the traceparents.
+//   ret-rows returns a row per job (its numbers packed, the rest as columns)
+//   with no CTE; ret-cte-rows the id, version and payload rows of
+//   minimal-return, through a CTE as the aggregate's input is.
 //
 // Every completion's row source has `limit (select n)`, as fencedBatch's
 // does: without it the planner may hash the batch against the whole table
@@ -200,6 +209,116 @@ async function hotComplete(sql: Sql, jobs: Leased[]): Promise<number> {
   return r.count;
 }
 
+/** Conveyor's fetch (fetch.ts) with parts of its return taken away. */
+function returnVariant(o: { group: boolean; rare: boolean; epoch: boolean; trace: boolean }) {
+  const kinds = [KIND];
+  return async (sql: Sql): Promise<Leased[]> => {
+    const groups = (await sql`
+    with leased as (
+      update conveyor_jobs j
+         set state = 'running',
+             attempts = j.attempts + 1,
+             lease_owner = ${OWNER},
+             lease_version = j.lease_version + 1,
+             lease_expires_at = now() + ${LEASE_MS}::float8 * interval '1 millisecond',
+             attempted_at = now()
+       where j.id = any(array(
+         select id from conveyor_jobs
+          where state = 'available' and queue = ${QUEUE} and run_at <= now()
+            and kind = any(${kinds}::text[])
+            and not exists (select 1 from conveyor_queues q where q.name = ${QUEUE} and q.paused)
+          order by priority, run_at, id
+          limit ${BATCH}
+          for update skip locked))
+      returning j.id,
+                ${
+                  o.epoch
+                    ? sql`concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+                          floor(round(date_part('epoch', j.run_at) * 1e6) / 1e3)::int8,
+                          case when j.created_at <> j.run_at
+                               then floor(round(date_part('epoch', j.created_at) * 1e6) / 1e3)::int8::text
+                               else '' end,
+                          array_position(${kinds}::text[], j.kind))`
+                    : sql`concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+                          array_position(${kinds}::text[], j.kind))`
+                } as n,
+                j.payload, j.idempotency_key, j.traceparent, j.tracestate, j.errors)
+    select string_agg(n, ' ') as n,
+           floor(round(date_part('epoch', now() + ${LEASE_MS}::float8 * interval '1 millisecond')
+                       * 1e6) / 1e3)::int8::text as lease_expires_at_ms,
+           json_agg(payload) as payloads,
+           ${o.trace ? sql`json_agg(traceparent)` : sql`null`} as traceparents,
+           ${
+             o.rare
+               ? sql`json_object_agg(id, json_build_array(idempotency_key, tracestate,
+                                                case when errors <> '[]'::jsonb then errors end))
+             filter (where idempotency_key is not null or tracestate is not null
+                        or errors <> '[]'::jsonb)`
+               : sql`null`
+           } as rare
+      from leased
+     ${
+       o.group
+         ? sql`group by case when pg_column_size(payload) + pg_column_size(errors) <= 2000
+                        and pg_column_compression(payload) is null
+                        and pg_column_compression(errors) is null
+                   then null else id end`
+         : sql``
+     }`) as unknown as { n: string | null }[];
+    const out: Leased[] = [];
+    for (const g of groups) {
+      if (g.n === null) continue;
+      const f = g.n.split(" ");
+      const step = o.epoch ? 8 : 6;
+      for (let k = 0; k < f.length; k += step)
+        out.push({ id: f[k] as string, version: f[k + 1] as string });
+    }
+    return out;
+  };
+}
+
+/** Conveyor's fetch update returning a row per job: its numbers packed, the rest as columns. */
+function rowsReturn(cte: boolean) {
+  const kinds = [KIND];
+  return async (sql: Sql): Promise<Leased[]> => {
+    const update = sql`
+      update conveyor_jobs j
+         set state = 'running',
+             attempts = j.attempts + 1,
+             lease_owner = ${OWNER},
+             lease_version = j.lease_version + 1,
+             lease_expires_at = now() + ${LEASE_MS}::float8 * interval '1 millisecond',
+             attempted_at = now()
+       where j.id = any(array(
+         select id from conveyor_jobs
+          where state = 'available' and queue = ${QUEUE} and run_at <= now()
+            and kind = any(${kinds}::text[])
+            and not exists (select 1 from conveyor_queues q where q.name = ${QUEUE} and q.paused)
+          order by priority, run_at, id
+          limit ${BATCH}
+          for update skip locked))`;
+    const rows = cte
+      ? ((await sql`with leased as (${update} returning j.id, j.lease_version as version, j.payload)
+                    select * from leased`) as unknown as Leased[])
+      : ((await sql`${update}
+          returning concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+                          floor(round(date_part('epoch', j.run_at) * 1e6) / 1e3)::int8,
+                          case when j.created_at <> j.run_at
+                               then floor(round(date_part('epoch', j.created_at) * 1e6) / 1e3)::int8::text
+                               else '' end,
+                          array_position(${kinds}::text[], j.kind)) as n,
+                    j.payload, j.idempotency_key, j.traceparent, j.tracestate,
+                    case when j.errors <> '[]'::jsonb then j.errors end as errors`) as unknown as {
+          n: string;
+        }[]);
+    if (cte) return rows as Leased[];
+    return (rows as { n: string }[]).map((r) => {
+      const f = r.n.split(" ");
+      return { id: f[0] as string, version: f[1] as string };
+    });
+  };
+}
+
 const VARIANTS: Record<string, Variant> = {
   ceiling: {
     table: "bench_jobs",
@@ -253,8 +372,49 @@ const VARIANTS: Record<string, Variant> = {
     dequeue: async (sql) => (await conveyorUpdate(sql, "", true)) as unknown as Leased[],
     complete: hotComplete,
   },
+  "ret-full": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(),
+    dequeue: returnVariant({ group: true, rare: true, epoch: true, trace: true }),
+    complete: conveyorComplete,
+  },
+  "ret-one-group": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(),
+    dequeue: returnVariant({ group: false, rare: true, epoch: true, trace: true }),
+    complete: conveyorComplete,
+  },
+  "ret-no-rare": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(),
+    dequeue: returnVariant({ group: true, rare: false, epoch: true, trace: true }),
+    complete: conveyorComplete,
+  },
+  "ret-no-epoch": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(),
+    dequeue: returnVariant({ group: true, rare: true, epoch: false, trace: true }),
+    complete: conveyorComplete,
+  },
+  "ret-none-extra": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(),
+    dequeue: returnVariant({ group: false, rare: false, epoch: false, trace: false }),
+    complete: conveyorComplete,
+  },
+  "ret-rows": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(),
+    dequeue: rowsReturn(false),
+    complete: conveyorComplete,
+  },
+  "ret-cte-rows": {
+    table: "conveyor_jobs",
+    setup: conveyorTable(),
+    dequeue: rowsReturn(true),
+    complete: conveyorComplete,
+  },
 };
-
 const names = opt.only ? String(opt.only).split(",") : Object.keys(VARIANTS);
 for (const n of names) if (!VARIANTS[n]) throw new Error(`--only: no variant ${n}`);
 
