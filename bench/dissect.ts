@@ -175,8 +175,11 @@ async function conveyorComplete(sql: Sql, jobs: Leased[]): Promise<number> {
   return done.size;
 }
 
-/** Conveyor's fetch update (fetch.ts) with only id, version and payload back. */
-function conveyorUpdate(sql: Sql, state: string, live: boolean) {
+/**
+ * Conveyor's fetch update (fetch.ts) without its `returning`; `state` empty
+ * for the hot fetch's, which leaves it, and `live` to skip live leases.
+ */
+function leaseUpdate(sql: Sql, state: string, live: boolean) {
   return sql`
     update conveyor_jobs j
        set ${state === "" ? sql`` : sql`state = ${sql.unsafe(state)},`}
@@ -193,9 +196,16 @@ function conveyorUpdate(sql: Sql, state: string, live: boolean) {
           and not exists (select 1 from conveyor_queues q where q.name = ${QUEUE} and q.paused)
         order by priority, run_at, id
         limit ${BATCH}
-        for update skip locked))
-    returning j.id, j.lease_version as version, j.payload`;
+        for update skip locked))`;
 }
+
+/** Conveyor's fetch update with only id, version and payload back. */
+function conveyorUpdate(sql: Sql, state: string, live: boolean) {
+  return sql`${leaseUpdate(sql, state, live)} returning j.id, j.lease_version as version, j.payload`;
+}
+
+/** fetch.ts's update as it is, without its `returning`: the ret-* variants'. */
+const fetchUpdate = (sql: Sql) => leaseUpdate(sql, CONVEYOR.running, false);
 
 /** A completion fenced as Conveyor's, on a job the hot fetch left 'available'. */
 async function hotComplete(sql: Sql, jobs: Leased[]): Promise<number> {
@@ -215,21 +225,7 @@ function returnVariant(o: { group: boolean; rare: boolean; epoch: boolean; trace
   return async (sql: Sql): Promise<Leased[]> => {
     const groups = (await sql`
     with leased as (
-      update conveyor_jobs j
-         set state = 'running',
-             attempts = j.attempts + 1,
-             lease_owner = ${OWNER},
-             lease_version = j.lease_version + 1,
-             lease_expires_at = now() + ${LEASE_MS}::float8 * interval '1 millisecond',
-             attempted_at = now()
-       where j.id = any(array(
-         select id from conveyor_jobs
-          where state = 'available' and queue = ${QUEUE} and run_at <= now()
-            and kind = any(${kinds}::text[])
-            and not exists (select 1 from conveyor_queues q where q.name = ${QUEUE} and q.paused)
-          order by priority, run_at, id
-          limit ${BATCH}
-          for update skip locked))
+      ${fetchUpdate(sql)}
       returning j.id,
                 ${
                   o.epoch
@@ -281,22 +277,7 @@ function returnVariant(o: { group: boolean; rare: boolean; epoch: boolean; trace
 function rowsReturn(cte: boolean) {
   const kinds = [KIND];
   return async (sql: Sql): Promise<Leased[]> => {
-    const update = sql`
-      update conveyor_jobs j
-         set state = 'running',
-             attempts = j.attempts + 1,
-             lease_owner = ${OWNER},
-             lease_version = j.lease_version + 1,
-             lease_expires_at = now() + ${LEASE_MS}::float8 * interval '1 millisecond',
-             attempted_at = now()
-       where j.id = any(array(
-         select id from conveyor_jobs
-          where state = 'available' and queue = ${QUEUE} and run_at <= now()
-            and kind = any(${kinds}::text[])
-            and not exists (select 1 from conveyor_queues q where q.name = ${QUEUE} and q.paused)
-          order by priority, run_at, id
-          limit ${BATCH}
-          for update skip locked))`;
+    const update = fetchUpdate(sql);
     const rows = cte
       ? ((await sql`with leased as (${update} returning j.id, j.lease_version as version, j.payload)
                     select * from leased`) as unknown as Leased[])
@@ -317,6 +298,11 @@ function rowsReturn(cte: boolean) {
       return { id: f[0] as string, version: f[1] as string };
     });
   };
+}
+
+/** Conveyor's table and completion, with a fetch of its own: the ret-* variants. */
+function returnOnly(dequeue: Variant["dequeue"]): Variant {
+  return { table: "conveyor_jobs", setup: conveyorTable(), dequeue, complete: conveyorComplete };
 }
 
 const VARIANTS: Record<string, Variant> = {
@@ -372,49 +358,19 @@ const VARIANTS: Record<string, Variant> = {
     dequeue: async (sql) => (await conveyorUpdate(sql, "", true)) as unknown as Leased[],
     complete: hotComplete,
   },
-  "ret-full": {
-    table: "conveyor_jobs",
-    setup: conveyorTable(),
-    dequeue: returnVariant({ group: true, rare: true, epoch: true, trace: true }),
-    complete: conveyorComplete,
-  },
-  "ret-one-group": {
-    table: "conveyor_jobs",
-    setup: conveyorTable(),
-    dequeue: returnVariant({ group: false, rare: true, epoch: true, trace: true }),
-    complete: conveyorComplete,
-  },
-  "ret-no-rare": {
-    table: "conveyor_jobs",
-    setup: conveyorTable(),
-    dequeue: returnVariant({ group: true, rare: false, epoch: true, trace: true }),
-    complete: conveyorComplete,
-  },
-  "ret-no-epoch": {
-    table: "conveyor_jobs",
-    setup: conveyorTable(),
-    dequeue: returnVariant({ group: true, rare: true, epoch: false, trace: true }),
-    complete: conveyorComplete,
-  },
-  "ret-none-extra": {
-    table: "conveyor_jobs",
-    setup: conveyorTable(),
-    dequeue: returnVariant({ group: false, rare: false, epoch: false, trace: false }),
-    complete: conveyorComplete,
-  },
-  "ret-rows": {
-    table: "conveyor_jobs",
-    setup: conveyorTable(),
-    dequeue: rowsReturn(false),
-    complete: conveyorComplete,
-  },
-  "ret-cte-rows": {
-    table: "conveyor_jobs",
-    setup: conveyorTable(),
-    dequeue: rowsReturn(true),
-    complete: conveyorComplete,
-  },
+  "ret-full": returnOnly(returnVariant({ group: true, rare: true, epoch: true, trace: true })),
+  "ret-one-group": returnOnly(
+    returnVariant({ group: false, rare: true, epoch: true, trace: true }),
+  ),
+  "ret-no-rare": returnOnly(returnVariant({ group: true, rare: false, epoch: true, trace: true })),
+  "ret-no-epoch": returnOnly(returnVariant({ group: true, rare: true, epoch: false, trace: true })),
+  "ret-none-extra": returnOnly(
+    returnVariant({ group: false, rare: false, epoch: false, trace: false }),
+  ),
+  "ret-rows": returnOnly(rowsReturn(false)),
+  "ret-cte-rows": returnOnly(rowsReturn(true)),
 };
+
 const names = opt.only ? String(opt.only).split(",") : Object.keys(VARIANTS);
 for (const n of names) if (!VARIANTS[n]) throw new Error(`--only: no variant ${n}`);
 
