@@ -274,30 +274,29 @@ function returnVariant(o: { group: boolean; rare: boolean; epoch: boolean; trace
 }
 
 /** Conveyor's fetch update returning a row per job: its numbers packed, the rest as columns. */
-function rowsReturn(cte: boolean) {
-  const kinds = [KIND];
-  return async (sql: Sql): Promise<Leased[]> => {
-    const update = fetchUpdate(sql);
-    const rows = cte
-      ? ((await sql`with leased as (${update} returning j.id, j.lease_version as version, j.payload)
-                    select * from leased`) as unknown as Leased[])
-      : ((await sql`${update}
-          returning concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
-                          floor(round(date_part('epoch', j.run_at) * 1e6) / 1e3)::int8,
-                          case when j.created_at <> j.run_at
-                               then floor(round(date_part('epoch', j.created_at) * 1e6) / 1e3)::int8::text
-                               else '' end,
-                          array_position(${kinds}::text[], j.kind)) as n,
-                    j.payload, j.idempotency_key, j.traceparent, j.tracestate,
-                    case when j.errors <> '[]'::jsonb then j.errors end as errors`) as unknown as {
-          n: string;
-        }[]);
-    if (cte) return rows as Leased[];
-    return (rows as { n: string }[]).map((r) => {
-      const f = r.n.split(" ");
-      return { id: f[0] as string, version: f[1] as string };
-    });
-  };
+async function rowsReturn(sql: Sql): Promise<Leased[]> {
+  const rows = (await sql`${fetchUpdate(sql)}
+    returning concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+                        floor(round(date_part('epoch', j.run_at) * 1e6) / 1e3)::int8,
+                        case when j.created_at <> j.run_at
+                             then floor(round(date_part('epoch', j.created_at) * 1e6) / 1e3)::int8::text
+                             else '' end,
+                        array_position(${[KIND]}::text[], j.kind)) as n,
+              j.payload, j.idempotency_key, j.traceparent, j.tracestate,
+              case when j.errors <> '[]'::jsonb then j.errors end as errors`) as unknown as {
+    n: string;
+  }[];
+  return rows.map((r) => {
+    const f = r.n.split(" ");
+    return { id: f[0] as string, version: f[1] as string };
+  });
+}
+
+/** minimal-return's rows, read through a CTE as the aggregate's input is. */
+async function cteRows(sql: Sql): Promise<Leased[]> {
+  return (await sql`with leased as (${fetchUpdate(sql)}
+                      returning j.id, j.lease_version as version, j.payload)
+                    select * from leased`) as unknown as Leased[];
 }
 
 /** Conveyor's table and completion, with a fetch of its own: the ret-* variants. */
@@ -367,8 +366,8 @@ const VARIANTS: Record<string, Variant> = {
   "ret-none-extra": returnOnly(
     returnVariant({ group: false, rare: false, epoch: false, trace: false }),
   ),
-  "ret-rows": returnOnly(rowsReturn(false)),
-  "ret-cte-rows": returnOnly(rowsReturn(true)),
+  "ret-rows": returnOnly(rowsReturn),
+  "ret-cte-rows": returnOnly(cteRows),
 };
 
 const names = opt.only ? String(opt.only).split(",") : Object.keys(VARIANTS);
