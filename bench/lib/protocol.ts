@@ -59,6 +59,8 @@ export interface Result {
   startupMs?: number;
   /** throughput: CPU time this process used inside the measured window (user + system). */
   cpuMs?: number;
+  /** throughput: the part of `cpuMs` spent in the kernel (system time). */
+  systemCpuMs?: number;
   /**
    * throughput on PostgreSQL: CPU time of every process of the cluster inside
    * the same window (bench/lib/server-cpu.ts), when /proc shows them.
@@ -72,6 +74,12 @@ export interface Result {
    * digits dropped, so that numbered threads of one kind add up).
    */
   threadCpuMs?: Record<string, number>;
+  /**
+   * throughput: minor page faults this process took inside the measured
+   * window (all threads). Where the kernel isolates page tables, each one
+   * costs a kernel entry and exit on top of zeroing the page.
+   */
+  minorFaults?: number;
   /** latency (enqueue-to-start) and enqueue single (per call), in ms. */
   p50?: number;
   p95?: number;
