@@ -27,6 +27,25 @@
  * (8.8-9.5 µs per job, and 49,582 against 53,775 jobs/s in one of two
  * comparisons); 250 ms kept most of the default's cost.
  *
+ * MIMALLOC_PURGE_HOLES=0: besides that delayed purge, the mimalloc in Bun
+ * 1.4 gives back the free holes inside its pages when a thread goes idle
+ * (its scavenger thread sweeps the parked thread's heap; `MIMALLOC_VERBOSE=1`
+ * lists the purge_holes options). A worker goes idle between replies, so it
+ * kept giving back, and faulting in again, memory it reuses every batch,
+ * and each give-back also flushes the other core's TLB. One worker through
+ * 100,000 no-op jobs in batches of 2,000, against the machine's
+ * PostgreSQL 15: 3,100-3,900 madvise(MADV_DONTNEED) calls with it, 600
+ * without (strace). On a host whose kernel isolates page tables (a
+ * paravirtualized guest with PTI on an AMD EPYC of family 26 model 2) that
+ * was a third of the worker's CPU. 3 alternating runs of each, in the
+ * measured window: system time 1.4-2.3 µs per job with it, 0.56-0.63
+ * without; minor faults 7,700-10,600 against 2,300-3,800. The bench's
+ * Conveyor throughput cells on that host (bench/ab.ts, 8 alternating
+ * rounds, results/ab-2026-12-06-purge-holes-off.json): worker CPU per job
+ * -3.32 µs at 10,000 jobs and -2.28 µs at 100,000 (lower in 8 of 8 rounds
+ * each); jobs/s x1.129 and x1.14 (faster in 6 and 5 of 8). The delayed
+ * purge above still gives back what a peak left.
+ *
  * BUN_JSC_useWarmUpMarkedBlocks=0: JavaScriptCore's JSCWarmUp thread keeps
  * a supply of fresh GC blocks whose pages it has already faulted in, so that
  * the main thread does not take those faults while the heap grows. In a
@@ -56,6 +75,7 @@
  */
 export const RUNTIME_ENV = {
   MIMALLOC_PURGE_DELAY: "10000",
+  MIMALLOC_PURGE_HOLES: "0",
   BUN_JSC_useWarmUpMarkedBlocks: "0",
   BUN_JSC_useFTLJIT: "0",
 } as const;
