@@ -44,7 +44,10 @@
  * rounds, results/ab-2026-12-06-purge-holes-off.json): worker CPU per job
  * -3.32 µs at 10,000 jobs and -2.28 µs at 100,000 (lower in 8 of 8 rounds
  * each); jobs/s x1.129 and x1.14 (faster in 6 and 5 of 8). The delayed
- * purge above still gives back what a peak left.
+ * purge above still gives back what a peak left: through the bench's
+ * 1,000,000-job backlog (c4000-b2000, 3 runs on the same host,
+ * results/benchmarks-2026-12-06-amd5-rss-purge-holes.json) RSS peaked at
+ * 132, 115 and 138 MB, slope -1.02, +1.09 and -0.62 MB per 100,000 jobs.
  *
  * BUN_JSC_useWarmUpMarkedBlocks=0: JavaScriptCore's JSCWarmUp thread keeps
  * a supply of fresh GC blocks whose pages it has already faulted in, so that
