@@ -219,25 +219,31 @@ async function hotComplete(sql: Sql, jobs: Leased[]): Promise<number> {
   return r.count;
 }
 
+/**
+ * A leased job's numbers packed into one text, as fetch.ts packs them; without
+ * `epoch`, no run_at or created_at (the ret-no-epoch variant's).
+ */
+function packedNumbers(sql: Sql, epoch: boolean) {
+  const kinds = [KIND];
+  return epoch
+    ? sql`concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+          floor(round(date_part('epoch', j.run_at) * 1e6) / 1e3)::int8,
+          case when j.created_at <> j.run_at
+               then floor(round(date_part('epoch', j.created_at) * 1e6) / 1e3)::int8::text
+               else '' end,
+          array_position(${kinds}::text[], j.kind))`
+    : sql`concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
+          array_position(${kinds}::text[], j.kind))`;
+}
+
 /** Conveyor's fetch (fetch.ts) with parts of its return taken away. */
 function returnVariant(o: { group: boolean; rare: boolean; epoch: boolean; trace: boolean }) {
-  const kinds = [KIND];
   return async (sql: Sql): Promise<Leased[]> => {
     const groups = (await sql`
     with leased as (
       ${fetchUpdate(sql)}
       returning j.id,
-                ${
-                  o.epoch
-                    ? sql`concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
-                          floor(round(date_part('epoch', j.run_at) * 1e6) / 1e3)::int8,
-                          case when j.created_at <> j.run_at
-                               then floor(round(date_part('epoch', j.created_at) * 1e6) / 1e3)::int8::text
-                               else '' end,
-                          array_position(${kinds}::text[], j.kind))`
-                    : sql`concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
-                          array_position(${kinds}::text[], j.kind))`
-                } as n,
+                ${packedNumbers(sql, o.epoch)} as n,
                 j.payload, j.idempotency_key, j.traceparent, j.tracestate, j.errors)
     select string_agg(n, ' ') as n,
            floor(round(date_part('epoch', now() + ${LEASE_MS}::float8 * interval '1 millisecond')
@@ -276,12 +282,7 @@ function returnVariant(o: { group: boolean; rare: boolean; epoch: boolean; trace
 /** Conveyor's fetch update returning a row per job: its numbers packed, the rest as columns. */
 async function rowsReturn(sql: Sql): Promise<Leased[]> {
   const rows = (await sql`${fetchUpdate(sql)}
-    returning concat_ws(' ', j.id, j.lease_version, j.priority, j.attempts, j.max_attempts,
-                        floor(round(date_part('epoch', j.run_at) * 1e6) / 1e3)::int8,
-                        case when j.created_at <> j.run_at
-                             then floor(round(date_part('epoch', j.created_at) * 1e6) / 1e3)::int8::text
-                             else '' end,
-                        array_position(${[KIND]}::text[], j.kind)) as n,
+    returning ${packedNumbers(sql, true)} as n,
               j.payload, j.idempotency_key, j.traceparent, j.tracestate,
               case when j.errors <> '[]'::jsonb then j.errors end as errors`) as unknown as {
     n: string;
