@@ -14,7 +14,9 @@
 // whether slow jobs come one by one or in bursts that queue behind one
 // stall; and the event loop's lags over 5 ms, measured by a 1 ms timer,
 // which shows whether a burst was this process being busy (GC, a batch of
-// callbacks) or the database. Writes results/stalls-<date>.json.
+// callbacks) or the database. Each run records its schedule's wall-clock
+// start, so a trace taken beside it can be lined up with the slowest jobs.
+// Writes results/stalls-<date>.json.
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -90,6 +92,9 @@ async function measure(url: string, variant: Variant) {
   await sleep(200);
   const lags: [number, number][] = [];
   const t0 = nowMs();
+  // Wall-clock time of the schedule's start, to line the slowest jobs up
+  // with a trace of the server taken beside this tool (perf trace, say).
+  const startedAtMs = Date.now();
   let last = t0;
   const timer = setInterval(() => {
     const now = nowMs();
@@ -126,6 +131,7 @@ async function measure(url: string, variant: Variant) {
     .slice(0, Math.ceil(series.length / 100))
     .sort((a, b) => a[1] - b[1]);
   return {
+    startedAtMs,
     ack: pct(toAck),
     ...(worker ? { start: pct(toStart) } : {}),
     slowest,
