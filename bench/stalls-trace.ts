@@ -2,15 +2,19 @@
 // slowest jobs of a `bench/stalls.ts` run up with the server's slow WAL
 // flushes, seen by a system-wide trace taken beside it:
 //
-//   date +%s.%N > start; perf trace -a --duration 3 \
-//     -e fdatasync,fsync,pwrite64,write,openat,unlink,fallocate > perf.txt &
-//   bun bench/stalls.ts --out stalls.json; pkill -INT -f 'perf trace'
+//   date +%s.%N > start; perf trace -a --duration 3 -e fdatasync,fsync,\
+//     pwrite64,write,openat,unlink,fallocate,ftruncate,sync_file_range,\
+//     pread64,read > perf.txt &
+//   bun bench/stalls.ts --variants bare,handoff --rounds 2 --out stalls.json
+//   pkill -INT -f 'perf trace'
 //
 // perf trace prints milliseconds since its first event, which comes a little
 // after `date`: one offset for the whole trace is fitted, the one that puts
 // the most bursts on a flush. A burst is slowest-1% jobs issued within 50 ms
 // of each other; it is matched when a PostgreSQL fdatasync of 3 ms or more
 // overlaps the time from its first job's issue to its slowest job's end.
+// As a control for chance, it prints the median count over every offset
+// tried: what lining up with no relation to the trace would give.
 import { readFileSync } from "node:fs";
 
 const [stallsFile, perfFile, startFile] = process.argv.slice(2);
@@ -78,7 +82,13 @@ const matched = (offset: number) => bursts.filter((b) => under(b, offset).length
 let offset = 0;
 for (let o = -1000; o <= 1000; o += 2) if (matched(o) > matched(offset)) offset = o;
 
-console.log(`offset ${offset} ms: ${matched(offset)} of ${bursts.length} bursts on a flush`);
+const counts = [];
+for (let o = -1000; o <= 1000; o += 2) counts.push(matched(o));
+counts.sort((a, b) => a - b);
+console.log(
+  `offset ${offset} ms: ${matched(offset)} of ${bursts.length} bursts on a flush ` +
+    `(median over the offsets tried: ${counts[counts.length >> 1]})`,
+);
 for (const b of bursts) {
   const f = under(b, offset);
   console.log(
