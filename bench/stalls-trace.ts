@@ -39,6 +39,12 @@ for (const l of readFileSync(perfFile, "utf8").split("\n")) {
     calls.push({ at: Number(m[1]), ms: Number(m[2]), comm: m[3] as string, call: m[4] as string });
   }
 }
+if (calls.length === 0) {
+  console.error(
+    `${perfFile}: no line of perf trace's output ("<ms> (<ms> ms): <comm>/<pid> <call>(")`,
+  );
+  process.exit(1);
+}
 const flushes = calls.filter((c) => c.comm === "postgres" && c.call === "fdatasync");
 
 interface Run {
