@@ -1,0 +1,155 @@
+// `bun bench/pool-vs-loop.ts [--n 100000] [--rounds 3] [--out FILE]`: what
+// Conveyor's worker pool costs the server per job against the bare loop on
+// the same statements, with nothing else different. One cluster with the
+// bench's settings and pg_stat_statements, in alternating rounds, each on a
+// fresh database of N preloaded no-op jobs, settled as the bench settles it
+// (a checkpoint, then vacuum analyze):
+//   pool  a worker of c4000-b2000, the bench's best Conveyor setting;
+//   loop  two loops of fetchJobs(1,000) and completeJobsIdempotent, as
+//         bench/systems/bare-sql.ts drives Conveyor's schema (l2-b1000).
+// Per round: jobs/s, the cluster's CPU per job, and per statement its calls,
+// rows and execution time. The throughput bench runs each in a process and a
+// cluster state of its own; this takes those away.
+// Writes results/pool-vs-loop-<date>.json.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import postgres from "postgres";
+import { fetchJobs } from "../src/db/fetch.ts";
+import { migrate } from "../src/db/migrate.ts";
+import { completeJobsIdempotent } from "../src/db/outcome.ts";
+import { startEmbeddedPostgres } from "../src/embedded-postgres.ts";
+import { silentLogger } from "../src/logger.ts";
+import { execWithRuntimeSettings } from "../src/runtime.ts";
+import { createWorker } from "../src/worker/worker.ts";
+import { positiveInt } from "./lib/args.ts";
+import { machine, ROOT, versions } from "./lib/environment.ts";
+import { serverCpu } from "./lib/server-cpu.ts";
+import { PG_SETTINGS } from "./lib/services.ts";
+import { round } from "./lib/stats.ts";
+
+// The daemon's runtime settings, as the bench's Bun children get them.
+execWithRuntimeSettings();
+
+const { values: opt } = parseArgs({
+  options: {
+    n: { type: "string", default: "100000" },
+    rounds: { type: "string", default: "3" },
+    out: { type: "string" },
+  },
+});
+const N = positiveInt("n", opt.n);
+const ROUNDS = positiveInt("rounds", opt.rounds);
+const QUEUE = "bench";
+const KIND = "noop";
+const VARIANTS = ["pool", "loop"] as const;
+
+async function drain(sql: postgres.Sql, variant: (typeof VARIANTS)[number]): Promise<void> {
+  if (variant === "pool") {
+    let done = 0;
+    let all!: () => void;
+    const finished = new Promise<void>((resolve) => {
+      all = resolve;
+    });
+    const worker = createWorker({
+      sql,
+      queues: { [QUEUE]: { concurrency: 4000, fetchBatch: 2000, leaseMs: 30_000 } },
+      handlers: { [KIND]: () => {} },
+      listen: true,
+      logger: silentLogger,
+    });
+    worker.events.on("job:completed", () => {
+      if (++done === N) all();
+    });
+    await worker.start();
+    await finished;
+    await worker.stop({ graceMs: 2_000 });
+    return;
+  }
+  const loop = async (owner: string) => {
+    for (;;) {
+      const rows = await fetchJobs(sql, {
+        queue: QUEUE,
+        owner,
+        limit: 1000,
+        leaseMs: 30_000,
+        kinds: [KIND],
+      });
+      if (rows.length === 0) return;
+      const leases = rows.map((r) => ({ id: r.id, version: Number(r.lease_version) }));
+      await completeJobsIdempotent(sql, owner, leases);
+    }
+  };
+  await Promise.all([loop("loop-a"), loop("loop-b")]);
+}
+
+const dir = await mkdtemp(path.join(tmpdir(), "conveyor-pool-vs-loop-"));
+// The server runs as user postgres when we are root: the folder must be searchable.
+await chmod(dir, 0o755);
+const cluster = await startEmbeddedPostgres({
+  dataDir: path.join(dir, "pg"),
+  settings: { ...PG_SETTINGS, shared_preload_libraries: "pg_stat_statements" },
+});
+const admin = postgres(cluster.url, { max: 1, onnotice: () => {} });
+const runs: Record<string, unknown>[] = [];
+try {
+  for (let rnd = 1; rnd <= ROUNDS; rnd++) {
+    for (const variant of VARIANTS) {
+      await admin.unsafe("drop database if exists pool_vs_loop with (force)");
+      await admin.unsafe("create database pool_vs_loop");
+      const sql = postgres(cluster.urlFor("pool_vs_loop"), { max: 20, onnotice: () => {} });
+      try {
+        await migrate(sql);
+        await sql`create extension pg_stat_statements`;
+        await sql`
+          insert into conveyor_jobs (queue, kind, payload)
+          select ${QUEUE}, ${KIND}, jsonb_build_object('i', g - 1)
+            from generate_series(1, ${N}::int) g`;
+        await sql`checkpoint`;
+        await sql`vacuum analyze`;
+        const cpu = await serverCpu(sql);
+        await sql`select pg_stat_statements_reset()`;
+        const cpu0 = cpu?.sample();
+        const t0 = performance.now();
+        await drain(sql, variant);
+        const ms = performance.now() - t0;
+        const serverMs = cpu && cpu0 !== undefined ? cpu.sample() - cpu0 : undefined;
+        const statements = await sql`
+          select left(regexp_replace(query, '\\s+', ' ', 'g'), 60) as query, calls::int, rows::int,
+                 round(total_exec_time::numeric, 1)::float8 as exec_ms
+            from pg_stat_statements where calls > 0 and total_exec_time > 1
+           order by total_exec_time desc`;
+        const r = {
+          round: rnd,
+          variant,
+          jobsPerSec: Math.round(N / (ms / 1000)),
+          serverCpuUsPerJob: serverMs === undefined ? null : round((serverMs * 1000) / N, 2),
+          statements: [...statements],
+        };
+        console.log(
+          `round ${rnd} ${variant}: ${r.jobsPerSec} jobs/s, server ${r.serverCpuUsPerJob} µs/job; ` +
+            statements.map((s) => `${s.calls} calls ${s.rows} rows ${s.exec_ms} ms`).join(", "),
+        );
+        runs.push(r);
+      } finally {
+        await sql.end({ timeout: 5 });
+      }
+    }
+  }
+} finally {
+  await admin.end({ timeout: 5 });
+  await cluster.stop("fast");
+  await rm(dir, { recursive: true, force: true });
+}
+const date = new Date().toISOString();
+const file = opt.out
+  ? path.resolve(opt.out)
+  : path.join(ROOT, "results", `pool-vs-loop-${date.slice(0, 10)}.json`);
+mkdirSync(path.dirname(file), { recursive: true });
+writeFileSync(
+  file,
+  `${JSON.stringify({ date, machine: machine(), versions: versions(), postgres: PG_SETTINGS, settings: { n: N, rounds: ROUNDS }, runs }, null, 1)}\n`,
+);
+console.log(`raw results: ${path.relative(ROOT, file)}`);
