@@ -2,7 +2,7 @@
 // Conveyor's worker pool costs the server per job against the bare loop on
 // the same statements, with nothing else different. One cluster with the
 // bench's settings and pg_stat_statements, in alternating rounds, each on a
-// fresh database of N preloaded no-op jobs, settled as the bench settles it
+// fresh database of N preloaded no-op jobs, settled by the bench's own settle()
 // (a checkpoint, then vacuum analyze):
 //   pool  a worker of c4000-b2000, the bench's best Conveyor setting;
 //   loop  two loops of fetchJobs(1,000) and completeJobsIdempotent, as
@@ -12,22 +12,19 @@
 // cluster state of its own; this takes those away.
 // Writes results/pool-vs-loop-<date>.json.
 import { mkdirSync, writeFileSync } from "node:fs";
-import { chmod, mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import postgres from "postgres";
 import { fetchJobs } from "../src/db/fetch.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { completeJobsIdempotent } from "../src/db/outcome.ts";
-import { startEmbeddedPostgres } from "../src/embedded-postgres.ts";
 import { silentLogger } from "../src/logger.ts";
 import { execWithRuntimeSettings } from "../src/runtime.ts";
 import { createWorker } from "../src/worker/worker.ts";
 import { positiveInt } from "./lib/args.ts";
+import { settle } from "./lib/driver.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
-import { serverCpu } from "./lib/server-cpu.ts";
-import { PG_SETTINGS } from "./lib/services.ts";
+import { PG_SETTINGS, startBenchPostgres } from "./lib/services.ts";
 import { round } from "./lib/stats.ts";
 
 // The daemon's runtime settings, as the bench's Bun children get them.
@@ -85,21 +82,14 @@ async function drain(sql: postgres.Sql, variant: (typeof VARIANTS)[number]): Pro
   await Promise.all([loop("loop-a"), loop("loop-b")]);
 }
 
-const dir = await mkdtemp(path.join(tmpdir(), "conveyor-pool-vs-loop-"));
-// The server runs as user postgres when we are root: the folder must be searchable.
-await chmod(dir, 0o755);
-const cluster = await startEmbeddedPostgres({
-  dataDir: path.join(dir, "pg"),
-  settings: { ...PG_SETTINGS, shared_preload_libraries: "pg_stat_statements" },
-});
-const admin = postgres(cluster.url, { max: 1, onnotice: () => {} });
+const EXTRA = { shared_preload_libraries: "pg_stat_statements" };
+const pg = await startBenchPostgres(EXTRA);
 const runs: Record<string, unknown>[] = [];
 try {
   for (let rnd = 1; rnd <= ROUNDS; rnd++) {
     for (const variant of VARIANTS) {
-      await admin.unsafe("drop database if exists pool_vs_loop with (force)");
-      await admin.unsafe("create database pool_vs_loop");
-      const sql = postgres(cluster.urlFor("pool_vs_loop"), { max: 20, onnotice: () => {} });
+      await pg.reset();
+      const sql = postgres(pg.url, { max: 20, onnotice: () => {} });
       try {
         await migrate(sql);
         await sql`create extension pg_stat_statements`;
@@ -107,9 +97,7 @@ try {
           insert into conveyor_jobs (queue, kind, payload)
           select ${QUEUE}, ${KIND}, jsonb_build_object('i', g - 1)
             from generate_series(1, ${N}::int) g`;
-        await sql`checkpoint`;
-        await sql`vacuum analyze`;
-        const cpu = await serverCpu(sql);
+        const cpu = await settle(pg.url);
         await sql`select pg_stat_statements_reset()`;
         const cpu0 = cpu?.sample();
         const t0 = performance.now();
@@ -139,9 +127,7 @@ try {
     }
   }
 } finally {
-  await admin.end({ timeout: 5 });
-  await cluster.stop("fast");
-  await rm(dir, { recursive: true, force: true });
+  await pg.stop();
 }
 const date = new Date().toISOString();
 const file = opt.out
@@ -150,6 +136,6 @@ const file = opt.out
 mkdirSync(path.dirname(file), { recursive: true });
 writeFileSync(
   file,
-  `${JSON.stringify({ date, machine: machine(), versions: versions(), postgres: PG_SETTINGS, settings: { n: N, rounds: ROUNDS }, runs }, null, 1)}\n`,
+  `${JSON.stringify({ date, machine: machine(), versions: versions(), postgres: { ...PG_SETTINGS, ...EXTRA }, settings: { n: N, rounds: ROUNDS }, runs }, null, 1)}\n`,
 );
 console.log(`raw results: ${path.relative(ROOT, file)}`);

@@ -84,15 +84,16 @@ for (const run of (JSON.parse(readFileSync(stallsFile, "utf8")) as { runs: Run[]
 
 const under = (b: Burst, offset: number) =>
   flushes.filter((f) => f.at + f.ms >= b.at + offset - 10 && f.at <= b.at + offset + b.longest);
-const matched = (offset: number) => bursts.filter((b) => under(b, offset).length > 0).length;
-let offset = 0;
-for (let o = -1000; o <= 1000; o += 2) if (matched(o) > matched(offset)) offset = o;
-
-const counts = [];
-for (let o = -1000; o <= 1000; o += 2) counts.push(matched(o));
-counts.sort((a, b) => a - b);
+const tried: { offset: number; matched: number }[] = [];
+for (let o = -1000; o <= 1000; o += 2) {
+  tried.push({ offset: o, matched: bursts.filter((b) => under(b, o).length > 0).length });
+}
+// The first of the best, as a scan from -1 s would keep it.
+const best = tried.reduce((a, t) => (t.matched > a.matched ? t : a));
+const offset = best.offset;
+const counts = tried.map((t) => t.matched).sort((a, b) => a - b);
 console.log(
-  `offset ${offset} ms: ${matched(offset)} of ${bursts.length} bursts on a flush ` +
+  `offset ${offset} ms: ${best.matched} of ${bursts.length} bursts on a flush ` +
     `(median over the offsets tried: ${counts[counts.length >> 1]})`,
 );
 for (const b of bursts) {

@@ -139,7 +139,7 @@ export function runtimeName(): string {
 }
 
 /** Settles the database; returns the cluster's CPU sampler, if /proc shows it. */
-async function settle(url: string): Promise<ServerCpu | undefined> {
+export async function settle(url: string): Promise<ServerCpu | undefined> {
   // A checkpoint due to the preload's WAL would otherwise land inside the
   // measured window of some runs and not others; fresh statistics let the
   // planner see the preloaded rows.

@@ -54,13 +54,16 @@ export interface BenchPostgres {
   stop(): Promise<void>;
 }
 
-export async function startBenchPostgres(): Promise<BenchPostgres> {
+/** `extra` adds settings for a tool that needs them (a preloaded extension, say). */
+export async function startBenchPostgres(
+  extra: Record<string, string | number> = {},
+): Promise<BenchPostgres> {
   const dir = await mkdtemp(path.join(tmpdir(), "conveyor-bench-"));
   // The server runs as user postgres when we are root: the folder must be searchable.
   await chmod(dir, 0o755);
   const cluster = await startEmbeddedPostgres({
     dataDir: path.join(dir, "pg"),
-    settings: PG_SETTINGS,
+    settings: { ...PG_SETTINGS, ...extra },
   });
   const admin = postgres(cluster.url, { max: 1, onnotice: () => {} });
   const reset = async () => {
