@@ -5,7 +5,7 @@ import { insertJobs, selectJobsByIdempotencyKey } from "./db/enqueue.ts";
 import { ConveyorError, ValidationError } from "./errors.ts";
 import { type Job, type JobRow, jobFromRow } from "./job.ts";
 import { assertJson, type JsonValue } from "./json.ts";
-import { newTraceparent, TRACEPARENT_RE } from "./trace.ts";
+import { TRACEPARENT_RE } from "./trace.ts";
 import { parseOrThrow } from "./validate.ts";
 
 export const DEFAULT_QUEUE = "default";
@@ -104,7 +104,8 @@ function toRow(input: unknown, i: number, root: string, opts: EnqueueOptions): I
       opts.defaultMaxAttempts ??
       DEFAULT_MAX_ATTEMPTS,
     idempotency_key: v.idempotencyKey ?? null,
-    traceparent: v.traceparent ?? newTraceparent(),
+    // Without one the job gets a root derived from its id (Job.traceparent).
+    traceparent: v.traceparent ?? null,
     tracestate: v.tracestate ?? null,
   };
 }

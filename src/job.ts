@@ -1,5 +1,6 @@
 import type { LeasedRow } from "./db/fetch.ts";
 import type { JsonValue } from "./json.ts";
+import { jobTraceparent } from "./trace.ts";
 
 export const JOB_STATES = [
   "pending",
@@ -38,7 +39,12 @@ export interface Job {
   idempotencyKey: string | null;
   result: JsonValue | null;
   errors: AttemptError[];
-  traceparent: string | null;
+  /**
+   * W3C trace context: the one the job was enqueued with, or for a job
+   * enqueued outside any trace a root derived from its id and creation time
+   * (`rootTraceparent`; the row stores NULL).
+   */
+  traceparent: string;
   tracestate: string | null;
   createdAt: Date;
   attemptedAt: Date | null;
@@ -86,7 +92,7 @@ export function jobFromRow(row: JobRow): Job {
     idempotencyKey: row.idempotency_key,
     result: row.result,
     errors: row.errors,
-    traceparent: row.traceparent,
+    traceparent: jobTraceparent(row.traceparent, row.id, row.created_at.getTime()),
     tracestate: row.tracestate,
     createdAt: row.created_at,
     attemptedAt: row.attempted_at,
@@ -112,7 +118,7 @@ export function jobFromLeasedRow(row: LeasedRow, owner: string, leaseMs: number)
     idempotencyKey: row.idempotency_key,
     result: null,
     errors: row.errors ?? [],
-    traceparent: row.traceparent,
+    traceparent: jobTraceparent(row.traceparent, row.id, row.created_at_ms),
     tracestate: row.tracestate,
     createdAt: new Date(row.created_at_ms),
     attemptedAt: new Date(row.lease_expires_at_ms - leaseMs),

@@ -3,6 +3,8 @@ import fc from "fast-check";
 import { parseWake, wakesSent } from "../src/db/wake.ts";
 import { enqueue, enqueueMany } from "../src/enqueue.ts";
 import { ValidationError } from "../src/errors.ts";
+import { type JobRow, jobFromRow } from "../src/job.ts";
+import { rootTraceparent } from "../src/trace.ts";
 import { type TestDb, testDatabase } from "./harness.ts";
 
 let db: TestDb;
@@ -33,11 +35,26 @@ describe("enqueue", () => {
     expect(job.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
   });
 
+  test("a job enqueued outside any trace stores none and reads back one derived root", async () => {
+    const { job } = await enqueue(db.sql, { kind: "t" });
+    const [row] = await db.sql<JobRow[]>`select * from conveyor_jobs where id = ${job.id}`;
+    if (!row) throw new Error("job row missing");
+    expect(row.traceparent).toBeNull();
+    expect(job.traceparent).toBe(rootTraceparent(job.id, job.createdAt.getTime()));
+    // The API and the handler read it from the row as jobFromRow does.
+    expect(jobFromRow(row).traceparent).toBe(job.traceparent);
+    const [a, b] = await enqueueMany(db.sql, [{ kind: "t" }, { kind: "t" }]);
+    expect(a?.job.traceparent).not.toBe(b?.job.traceparent);
+    expect(a?.job.traceparent).not.toBe(job.traceparent);
+  });
+
   test("keeps the caller's trace context", async () => {
     const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     const { job } = await enqueue(db.sql, { kind: "t", traceparent, tracestate: "k=v" });
     expect(job.traceparent).toBe(traceparent);
     expect(job.tracestate).toBe("k=v");
+    const [row] = await db.sql`select traceparent from conveyor_jobs where id = ${job.id}`;
+    expect(row?.traceparent).toBe(traceparent);
   });
 
   test("delayMs and runAt schedule by the database clock", async () => {

@@ -121,7 +121,11 @@ export const jobSchema = z.object({
   idempotencyKey: z.string().nullable(),
   result: z.unknown(),
   errors: z.array(attemptErrorSchema),
-  traceparent: z.string().nullable(),
+  traceparent: z
+    .string()
+    .describe(
+      "W3C traceparent: the one the job was enqueued with, or a root derived from its id and createdAt.",
+    ),
   tracestate: z.string().nullable(),
   createdAt: date,
   attemptedAt: date.nullable(),
