@@ -1,6 +1,6 @@
 import type { LeasedRow } from "./db/fetch.ts";
 import type { JsonValue } from "./json.ts";
-import { jobTraceparent } from "./trace.ts";
+import { jobTraceparent, rootTraceparent } from "./trace.ts";
 
 export const JOB_STATES = [
   "pending",
@@ -100,8 +100,13 @@ export function jobFromRow(row: JobRow): Job {
   };
 }
 
-/** The Job a handler sees, from the columns fetchJobs returns. */
+/**
+ * The Job a handler sees, from the columns fetchJobs returns. A root trace
+ * context is derived when first read (an own enumerable getter: spreads and
+ * JSON.stringify see it as a value), not for every job a no-op handler runs.
+ */
 export function jobFromLeasedRow(row: LeasedRow, owner: string, leaseMs: number): Job {
+  let traceparent = row.traceparent;
   return {
     id: row.id,
     queue: row.queue,
@@ -118,7 +123,10 @@ export function jobFromLeasedRow(row: LeasedRow, owner: string, leaseMs: number)
     idempotencyKey: row.idempotency_key,
     result: null,
     errors: row.errors ?? [],
-    traceparent: jobTraceparent(row.traceparent, row.id, row.created_at_ms),
+    get traceparent(): string {
+      traceparent ??= rootTraceparent(row.id, row.created_at_ms);
+      return traceparent;
+    },
     tracestate: row.tracestate,
     createdAt: new Date(row.created_at_ms),
     attemptedAt: new Date(row.lease_expires_at_ms - leaseMs),

@@ -51,7 +51,8 @@ function hex(w: number): string {
  * Trace ids look random to samplers that read their low bytes (OpenTelemetry's
  * ratio sampler), which the job's sequential id would not. The W3C
  * random-trace-id flag stays unset; the sampled flag is set, as for a fresh
- * root. About 0.2 µs a call; every handler's job gets one.
+ * root. About 0.2 µs a call, and a handler's job derives it only when read
+ * (jobFromLeasedRow).
  */
 export function rootTraceparent(id: string, createdAtMs: number): string {
   let a: number;

@@ -145,11 +145,17 @@ describe("worker", () => {
 
   test("handlers get the fencing token, a stable idempotency key and the trace context", async () => {
     const q = freshQueue();
-    const seen: { token: number; key: string; tp: string | null }[] = [];
+    const seen: { token: number; key: string; tp: string; copies: unknown[] }[] = [];
     const w = worker(q, {
       handlers: {
         k: (_p, ctx) => {
-          seen.push({ token: ctx.fencingToken, key: ctx.idempotencyKey, tp: ctx.job.traceparent });
+          seen.push({
+            token: ctx.fencingToken,
+            key: ctx.idempotencyKey,
+            tp: ctx.job.traceparent,
+            // Derived when first read: copies of the job must carry it as a value.
+            copies: [{ ...ctx.job }.traceparent, JSON.parse(JSON.stringify(ctx.job)).traceparent],
+          });
           if (seen.length === 1) throw new Error("first attempt fails");
         },
       },
@@ -163,6 +169,7 @@ describe("worker", () => {
     expect(seen.map((s) => s.key)).toEqual(["order-9", "order-9"]);
     // Stable across attempts: derived from the job, as none was given.
     expect(seen.map((s) => s.tp)).toEqual([j.traceparent, j.traceparent]);
+    expect(seen[0]?.copies).toEqual([j.traceparent, j.traceparent]);
   });
 
   test("failures retry with growing backoff, then discard after max attempts", async () => {
