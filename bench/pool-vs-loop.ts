@@ -15,8 +15,9 @@
 //           stored one for every job enqueued outside a trace before it
 //           derived it from the job's id instead (src/trace.ts).
 // Per round: jobs/s, the cluster's CPU per job, the WAL written per job, and
-// per statement its calls, rows and execution time. The throughput bench runs each in a process and a
-// cluster state of its own; this takes those away.
+// per statement its calls, rows and execution time. The throughput bench
+// runs each in a process and a cluster state of its own; this takes those
+// away.
 // Writes results/pool-vs-loop-<date>.json.
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
