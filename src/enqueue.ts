@@ -104,7 +104,8 @@ function toRow(input: unknown, i: number, root: string, opts: EnqueueOptions): I
       opts.defaultMaxAttempts ??
       DEFAULT_MAX_ATTEMPTS,
     idempotency_key: v.idempotencyKey ?? null,
-    // Without one the job gets a root derived from its id (Job.traceparent).
+    // Without one the job gets a root derived from its id and creation time
+    // (Job.traceparent, rootTraceparent).
     traceparent: v.traceparent ?? null,
     tracestate: v.tracestate ?? null,
   };
