@@ -2,12 +2,13 @@
 // change is worth to the 1,000/s enqueue-to-start latency, where a host's
 // drift between runs is as large as most changes.
 //
-//   bun bench/stalls-ab.ts [--base REV] [--head REV] [--pairs 12]
+//   bun bench/stalls-ab.ts [--base REV] [--head REV] [--patch FILE] [--pairs 12]
 //                          [--variants handoff] [--label NAME] [--out FILE]
 //
 // `base` and `head` are git revisions (default: HEAD~1 and HEAD), each a
 // `git archive` in a temporary folder with this checkout's node_modules
-// (bench/lib/checkout.ts), so uncommitted changes are not measured. Each
+// (bench/lib/checkout.ts), so uncommitted changes are not measured;
+// `--patch` applies a patch to head's copy, as in bench/ab.ts. Each
 // pair runs `bench/stalls.ts --rounds 1` once per version, the order
 // swapped every pair, and compares their p50 and p99 per variant: from the
 // call to the handler's start where a worker runs, else to the
@@ -26,6 +27,7 @@ const { values: opt } = parseArgs({
   options: {
     base: { type: "string", default: "HEAD~1" },
     head: { type: "string", default: "HEAD" },
+    patch: { type: "string" },
     pairs: { type: "string", default: "12" },
     variants: { type: "string", default: "handoff" },
     label: { type: "string" },
@@ -33,6 +35,7 @@ const { values: opt } = parseArgs({
   },
 });
 const PAIRS = positiveInt("pairs", String(opt.pairs));
+const PATCH = opt.patch ? path.resolve(opt.patch) : undefined;
 const VARIANTS = choices("variants", String(opt.variants), STALLS_VARIANTS);
 
 interface Percentiles {
@@ -48,7 +51,7 @@ interface StallsRun {
 const runs: { pair: number; side: Side; first: Side; doc: { runs: StallsRun[] } }[] = [];
 const shas = await alternate(
   { base: opt.base, head: opt.head },
-  undefined,
+  PATCH,
   PAIRS,
   (pair, side, dir, file, first) => {
     const args = ["bench/stalls.ts", "--variants", VARIANTS.join(","), "--rounds", "1"];
@@ -94,6 +97,12 @@ writeFileSync(
       date: new Date().toISOString(),
       base: shas.base,
       head: shas.head,
+      ...(PATCH
+        ? {
+            patch: path.relative(ROOT, PATCH),
+            patchSha256: new Bun.CryptoHasher("sha256").update(readFileSync(PATCH)).digest("hex"),
+          }
+        : {}),
       machine: machine(),
       summary,
       runs,

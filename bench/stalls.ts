@@ -3,8 +3,13 @@
 // where the tail of enqueue-to-start latency comes from. On a bench cluster
 // (the same settings as `npm run bench`), in alternating rounds, jobs are
 // issued one at a time on an open-loop schedule as the latency phase issues
-// them, in three ways:
+// them, in these ways (the default runs bare, enqueue and handoff):
 //   bare     a one-row jsonb insert into a table with only a primary key;
+//   row      a one-row insert into Conveyor's table (queue, kind, payload;
+//            the rest its defaults), as plain SQL: what the table and its
+//            indexes add to bare;
+//   row-returning  the same with `returning *`, as the enqueue's statement
+//            returns the whole row: what sending and decoding it add;
 //   enqueue  enqueue() with no worker (an insert, and its debounced NOTIFY);
 //   handoff  enqueue() with a worker of this process idle (c4000-b2000), so
 //            the insert itself leases the job (src/db/handoff.ts) and the
@@ -86,7 +91,13 @@ async function measure(url: string, variant: Variant) {
   const one = (i: number): Promise<unknown> =>
     variant === "bare"
       ? client`insert into bare (v) values (${JSON.stringify({ i })}::jsonb)`
-      : enqueue(client, { queue: "q", kind: "k", payload: { i } });
+      : variant === "row"
+        ? client`insert into conveyor_jobs (queue, kind, payload)
+                 values ('q', 'k', ${JSON.stringify({ i })}::jsonb)`
+        : variant === "row-returning"
+          ? client`insert into conveyor_jobs (queue, kind, payload)
+                   values ('q', 'k', ${JSON.stringify({ i })}::jsonb) returning *`
+          : enqueue(client, { queue: "q", kind: "k", payload: { i } });
   // The enqueue pool's connections opened before the clock, as in the bench.
   await Promise.all(Array.from({ length: ENQUEUE_POOL }, () => one(-1)));
   await sleep(200);

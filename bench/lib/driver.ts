@@ -55,7 +55,7 @@ export interface Adapter {
 export const ENQUEUE_POOL = 20;
 
 /** bench/stalls.ts's ways of issuing a job (bench/stalls-ab.ts checks its option against them too). */
-export const STALLS_VARIANTS = ["bare", "enqueue", "handoff"] as const;
+export const STALLS_VARIANTS = ["bare", "row", "row-returning", "enqueue", "handoff"] as const;
 
 export const nowMs = () => performance.timeOrigin + performance.now();
 // setTimeout, not Bun.sleep: Bun.sleep returns at once for less than 1 ms.
