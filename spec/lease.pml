@@ -113,6 +113,11 @@ typedef SlotState {
 }
 SlotState sl[NSLOTS];
 unsigned nrel : 2;      /* successful releases so far (bounds versions)      */
+/* The plain job's completion committed with synchronous_commit off and may
+ * not be on disk yet: a Postgres crash can undo it (see Reaper). Never
+ * cleared by a later flush: nothing reads or changes a completed row, so
+ * losing it after later commits is a superset of losing it before them. */
+bit unflushed;
 
 #ifdef LIVENESS
 unsigned nfault : 2;
@@ -320,7 +325,7 @@ unsigned nfault : 2;
  * has the same shape with 'cancelled'. */
 #define PLAIN_COMPLETE(j,s) \
     printf("MSC: slot %d completes job %d with token %d (row version %d)\n", s, j, sl[s].tok, job[j].version); \
-    ASSERT_CURRENT(j,s); job[j].state = COMPLETED; job[j].doneby = sl[s].gl; CHECK(j)
+    ASSERT_CURRENT(j,s); job[j].state = COMPLETED; job[j].doneby = sl[s].gl; unflushed = 1; CHECK(j)
 
 /* src/db/outcome.ts failJobs (retry with backoff: run_at abstracted) */
 #define FAIL(j,s) \
@@ -495,6 +500,25 @@ end:
            :: else -> break
            od;
            i = 0; FAULT_TAKE }
+    /* Postgres crashes before the plain completion's WAL is flushed
+     * (completeJobsIdempotent commits with synchronous_commit off): open
+     * transactions roll back, and the completion is lost. The row is as it
+     * was before it, 'running' under the lease that completed it; the slot
+     * has forgotten the job (or keeps its token after a lost reply), and the
+     * reaper takes it back. */
+    :: d_step { unflushed && job[NJOBS - 1].state == COMPLETED && FAULT_OK ->
+           printf("MSC: Postgres crashes: the completion of job %d was not flushed and is lost\n", NJOBS - 1);
+           i = 0;
+           do
+           :: i < NSLOTS -> if
+                            :: sl[i].intx != 0 -> job[sl[i].hold].lock = 0; sl[i].intx = 0
+                            :: else -> skip
+                            fi; i++
+           :: else -> break
+           od;
+           i = 0;
+           job[NJOBS - 1].state = RUNNING; job[NJOBS - 1].doneby = 0; unflushed = 0;
+           CHECK(NJOBS - 1); FAULT_TAKE }
     od
 }
 

@@ -28,6 +28,45 @@ test("completions handed in during one turn of the event loop share one statemen
   expect(n?.n).toBe(7);
 });
 
+test("a completion batch commits without waiting for its flush, unless durable, and leaves the connection as it was", async () => {
+  for (const durable of [false, true]) {
+    const queue = `cl-${durable}`;
+    const leases = await leaseNew(db.sql, queue, "W", 3);
+    const pool = await countingPool(db, /set_config\('synchronous_commit', 'off', true\)/, {
+      max: 1,
+    });
+    try {
+      // The session's own setting (the test cluster's default is off): what
+      // the completion must leave behind.
+      await pool.sql`set synchronous_commit = on`;
+      const completer = createCompleter(
+        pool.sql,
+        "W",
+        silentLogger,
+        undefined,
+        undefined,
+        undefined,
+        durable,
+      );
+      expect(await Promise.all(leases.map((l) => completer.complete(l)))).toEqual([
+        true,
+        true,
+        true,
+      ]);
+      expect(pool.sent()).toBe(durable ? 0 : 1);
+      // The setting was the completion's transaction's alone: the pool's one
+      // connection runs the next statement (a fetch, an effect) durably.
+      const [row] = await pool.sql`show synchronous_commit`;
+      expect(row?.synchronous_commit).toBe("on");
+    } finally {
+      await pool.close();
+    }
+    const [n] =
+      await db.sql`select count(*)::int as n from conveyor_jobs where queue = ${queue} and state = 'completed'`;
+    expect(n?.n).toBe(3);
+  }
+});
+
 /**
  * Completions through a pool 100 ms away each way (no batch can be back
  * within 200 ms), as `o` says: with `firstAlone`, one completion, then the

@@ -140,6 +140,14 @@ describe("config", () => {
     expect(e.line).toBe(2);
   });
 
+  test("durable completions: off by default, on by key, and not a string", () => {
+    expect(load("").worker.durableCompletions).toBe(false);
+    expect(load("[worker]\ndurable_completions = true\n").worker.durableCompletions).toBe(true);
+    const e = configError(() => load('[worker]\n\ndurable_completions = "yes"\n'));
+    expect(e.path).toBe("worker.durable_completions");
+    expect(e.line).toBe(3);
+  });
+
   test("effect sharing: defaults, and a batch beyond the subtransaction cache is refused", () => {
     expect(load("").worker).toMatchObject({
       effectBatch: 50,

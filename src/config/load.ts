@@ -67,6 +67,7 @@ export interface DaemonConfig {
     effectIsolation: EffectIsolation;
     effectTimeoutMs: number;
     handOff: boolean;
+    durableCompletions: boolean;
   };
   queues: Record<string, QueueConfig>;
   cron: CronEntryConfig[];
@@ -250,6 +251,7 @@ export function resolveConfig(
       effectIsolation: raw.worker.effect_isolation,
       effectTimeoutMs: raw.worker.effect_timeout_ms,
       handOff: raw.worker.hand_off,
+      durableCompletions: raw.worker.durable_completions,
     },
     queues,
     cron: raw.cron.map((c) => ({ ...c, queue: c.queue })),

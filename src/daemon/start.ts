@@ -162,6 +162,7 @@ export async function startDaemon(o: StartOptions): Promise<Daemon> {
             effectIsolation: config.worker.effectIsolation,
             effectTimeoutMs: config.worker.effectTimeoutMs,
             handOff: config.worker.handOff,
+            durableCompletions: config.worker.durableCompletions,
             reaper: false,
             logger,
             events,

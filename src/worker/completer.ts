@@ -121,6 +121,8 @@ export function createCompleter(
   batchesInFlight: number = COMPLETER_CONCURRENCY,
   /** True while no fetch of this worker is in flight (COMPLETER_IDLE_BATCHES). */
   fetchIdle: () => boolean = () => false,
+  /** Wait for each batch's WAL flush (completeJobsIdempotent's `durable`). */
+  durable = false,
 ): Completer {
   const queue: Waiting[] = [];
 
@@ -136,6 +138,7 @@ export function createCompleter(
             sql,
             owner,
             batch.map((w) => w.item),
+            durable,
           ),
           "completion batch",
           deadlineMs,

@@ -107,6 +107,13 @@ export const workerOptionsSchema = z
      */
     handOff: z.boolean().default(true),
     /**
+     * Wait for each batch of plain completions to reach the disk before
+     * reporting its jobs completed (default false: the batch commits with
+     * synchronous_commit off, and only a Postgres crash in the moment after
+     * can undo it, which runs those jobs again; src/db/outcome.ts).
+     */
+    durableCompletions: z.boolean().default(false),
+    /**
      * ctx.transaction(): most jobs whose effects share one transaction, 1 for
      * a transaction per job. One commit is one WAL flush, so sharing is what
      * lets effects run faster than the disk flushes.
@@ -192,6 +199,7 @@ export function createWorker(options: WorkerOptions): Worker {
       for (const p of producers.values()) if (p.fetching > 0) return false;
       return true;
     },
+    o.durableCompletions,
   );
   const effects = createEffectRunner({
     sql,
