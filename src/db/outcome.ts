@@ -71,10 +71,10 @@ function completion(db: Db, owner: string, items: Completion[], lazy = false) {
  * once the lease expires (at least once, as after a worker crash before its
  * completion). The WAL is flushed in order: a later commit that waits for
  * its flush (one that read the completed row, say) makes this one durable
- * too. A job on its last
- * attempt is then discarded by the reaper, as after a worker crash. The
- * effect transaction (completeJobs), the fetch (its token must never be
- * issued twice), fail, snooze and the hand-off's insert all wait for theirs.
+ * too. A job on its last attempt is then discarded by the reaper, as after
+ * a worker crash. The effect transaction (completeJobs), the fetch (its
+ * token must never be issued twice), fail, snooze and the hand-off's insert
+ * all wait for theirs.
  *
  * Measured for the 1,000/s latency cells, where a completion commits a
  * moment after each job starts and the next enqueue's commit waited behind
