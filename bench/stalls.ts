@@ -88,16 +88,19 @@ async function measure(url: string, variant: Variant) {
       : undefined;
   await worker?.start();
   await sleep(1_000);
-  const one = (i: number): Promise<unknown> =>
-    variant === "bare"
-      ? client`insert into bare (v) values (${JSON.stringify({ i })}::jsonb)`
-      : variant === "row"
-        ? client`insert into conveyor_jobs (queue, kind, payload)
-                 values ('q', 'k', ${JSON.stringify({ i })}::jsonb)`
-        : variant === "row-returning"
-          ? client`insert into conveyor_jobs (queue, kind, payload)
-                   values ('q', 'k', ${JSON.stringify({ i })}::jsonb) returning *`
-          : enqueue(client, { queue: "q", kind: "k", payload: { i } });
+  const one = (i: number): Promise<unknown> => {
+    const payload = JSON.stringify({ i });
+    switch (variant) {
+      case "bare":
+        return client`insert into bare (v) values (${payload}::jsonb)`;
+      case "row":
+        return client`insert into conveyor_jobs (queue, kind, payload) values ('q', 'k', ${payload}::jsonb)`;
+      case "row-returning":
+        return client`insert into conveyor_jobs (queue, kind, payload) values ('q', 'k', ${payload}::jsonb) returning *`;
+      default:
+        return enqueue(client, { queue: "q", kind: "k", payload: { i } });
+    }
+  };
   // The enqueue pool's connections opened before the clock, as in the bench.
   await Promise.all(Array.from({ length: ENQUEUE_POOL }, () => one(-1)));
   await sleep(200);

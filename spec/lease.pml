@@ -469,6 +469,18 @@ end:
     od
 }
 
+/* Every open transaction rolls back at once (a Postgres restart or crash). */
+#define ABORT_OPEN_TXNS \
+    i = 0; \
+    do \
+    :: i < NSLOTS -> if \
+                     :: sl[i].intx != 0 -> job[sl[i].hold].lock = 0; sl[i].intx = 0 \
+                     :: else -> skip \
+                     fi; i++ \
+    :: else -> break \
+    od; \
+    i = 0
+
 /* The reaper (src/db/reap.ts reapExpiredLeases; time is abstract, see
  * REAPABLE) and Postgres restarts. */
 active proctype Reaper()
@@ -491,15 +503,7 @@ end:
      * committed or not, which the "reply lost" transitions cover. */
     :: d_step { (sl[0].intx != 0 || sl[1].intx != 0 || sl[2].intx != 0) && FAULT_OK ->
            printf("MSC: Postgres restarts: all open transactions roll back\n");
-           i = 0;
-           do
-           :: i < NSLOTS -> if
-                            :: sl[i].intx != 0 -> job[sl[i].hold].lock = 0; sl[i].intx = 0
-                            :: else -> skip
-                            fi; i++
-           :: else -> break
-           od;
-           i = 0; FAULT_TAKE }
+           ABORT_OPEN_TXNS; FAULT_TAKE }
     /* Postgres crashes before the plain completion's WAL is flushed
      * (completeJobsIdempotent commits with synchronous_commit off): open
      * transactions roll back, and the completion is lost. The row is as it
@@ -508,15 +512,7 @@ end:
      * reaper takes it back. */
     :: d_step { unflushed && job[NJOBS - 1].state == COMPLETED && FAULT_OK ->
            printf("MSC: Postgres crashes: the completion of job %d was not flushed and is lost\n", NJOBS - 1);
-           i = 0;
-           do
-           :: i < NSLOTS -> if
-                            :: sl[i].intx != 0 -> job[sl[i].hold].lock = 0; sl[i].intx = 0
-                            :: else -> skip
-                            fi; i++
-           :: else -> break
-           od;
-           i = 0;
+           ABORT_OPEN_TXNS;
            job[NJOBS - 1].state = RUNNING; job[NJOBS - 1].doneby = 0; unflushed = 0;
            CHECK(NJOBS - 1); FAULT_TAKE }
     od

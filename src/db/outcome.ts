@@ -25,16 +25,16 @@ export async function completeJobs(
 
 /**
  * The fenced completion both completeJobs and completeJobsIdempotent send.
- * `lazy`: its transaction commits with synchronous_commit off (set_config
- * with is_local: for this statement's own transaction only, so nothing
- * after it on the connection runs that way).
+ * Unless `durable`, its transaction commits with synchronous_commit off
+ * (set_config with is_local: for this statement's own transaction only, so
+ * nothing after it on the connection runs that way).
  */
-function completion(db: Db, owner: string, items: Completion[], lazy = false) {
+function completion(db: Db, owner: string, items: Completion[], durable = true) {
   return db`
     update conveyor_jobs j
        set state = 'completed', result = t.result, finalized_at = now(), lease_expires_at = null
       from ${fencedBatch(db, owner, items, [{ name: "result", type: "jsonb", value: (i) => i.result }])}
-           ${lazy ? db`, (select set_config('synchronous_commit', 'off', true)) as lazy_commit` : db``}
+           ${durable ? db`` : db`, (select set_config('synchronous_commit', 'off', true)) as lazy_commit`}
      where j.id = t.id and j.lease_version = t.version
        and j.lease_owner = t.owner and j.state = t.state`;
 }
@@ -90,7 +90,7 @@ export async function completeJobsIdempotent(
   durable = false,
 ): Promise<Set<string>> {
   if (items.length === 0) return new Set();
-  const { count } = await completion(db, owner, items, !durable);
+  const { count } = await completion(db, owner, items, durable);
   if (count === items.length) return new Set(items.map((i) => i.id));
   return selectCompletedBy(db, owner, items);
 }
