@@ -161,6 +161,9 @@ run bug-handoff-on-conflict/consequence   fail bfs "$P_EFFECT_DONE" -DBUG_HANDOF
 # The effect-once assertions can fail too: what at-most-once effect rests on.
 run bug-complete-no-state-check  fail bfs "$P_ONCE"    -DBUG_COMPLETE_NO_STATE -DCONSEQUENCES_ONLY
 run bug-effect-separate-txn      fail bfs "$P_ONCE"    -DBUG_EFFECT_SEPARATE_TXN
+# Only the plain completion may commit without its flush: a fetch that did
+# would, after a Postgres crash, hand its token out again.
+run bug-lazy-fetch               fail bfs "$P_UNIQUE"  -DBUG_LAZY_FETCH
 # Liveness must be able to fail: without the reaper a crashed worker's job stays running.
 run no-reaper-liveness          fail liveness "$P_CYCLE" -DLIVENESS -DNO_REAPER
 

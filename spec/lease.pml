@@ -21,6 +21,9 @@
  *                               state = 'running' (a retried commit writes the effect again)
  *   -DBUG_EFFECT_SEPARATE_TXN   the effect commits in its own transaction, not in the
  *                               completion's (a crash in between, and the re-run writes it again)
+ *   -DBUG_LAZY_FETCH            the plain job's dequeue commits with synchronous_commit off
+ *                               as its completion does, so a Postgres crash can undo it
+ *                               after its holder has the token
  *   -DNO_REAPER                 (with -DLIVENESS) no reaper: the liveness check must fail
  *   -DSAME_OWNER                every slot uses the same lease_owner, so only
  *                               lease_version separates leases (worst case for the owner check)
@@ -118,6 +121,20 @@ unsigned nrel : 2;      /* successful releases so far (bounds versions)      */
  * cleared by a later flush: nothing reads or changes a completed row, so
  * losing it after later commits is a superset of losing it before them. */
 bit unflushed;
+#ifdef BUG_LAZY_FETCH
+/* The bug: the plain job's latest dequeue may not be on disk either. The
+ * crash below puts the row back as it was before it (preowner: its owner
+ * then), while the slot that dequeued it keeps its token. */
+bit fetchunflushed;
+unsigned preowner : 2;
+#define LAZY_FETCH(j) \
+    if \
+    :: j == NJOBS - 1 -> fetchunflushed = 1; preowner = job[j].owner \
+    :: else -> skip \
+    fi
+#else
+#define LAZY_FETCH(j) skip
+#endif
 
 #ifdef LIVENESS
 unsigned nfault : 2;
@@ -238,6 +255,7 @@ unsigned nfault : 2;
 #define BUMP(j) job[j].version++
 #endif
 #define DEQUEUE(j,s) \
+    LAZY_FETCH(j); \
     job[j].state = RUNNING; job[j].attempts++; job[j].owner = OWNER(s); \
     BUMP(j); job[j].glease++; \
     printf("MSC: slot %d (owner %d) dequeues job %d: attempt %d, token %d (lease #%d)\n", \
@@ -515,6 +533,15 @@ end:
            ABORT_OPEN_TXNS;
            job[NJOBS - 1].state = RUNNING; job[NJOBS - 1].doneby = 0; unflushed = 0;
            CHECK(NJOBS - 1); FAULT_TAKE }
+#ifdef BUG_LAZY_FETCH
+    :: d_step { fetchunflushed && job[NJOBS - 1].state == RUNNING && FAULT_OK ->
+           printf("MSC: Postgres crashes: the dequeue of job %d (token %d) was not flushed and is lost\n",
+                  NJOBS - 1, job[NJOBS - 1].version);
+           ABORT_OPEN_TXNS;
+           job[NJOBS - 1].state = AVAIL; job[NJOBS - 1].attempts--; job[NJOBS - 1].version--;
+           job[NJOBS - 1].owner = preowner; fetchunflushed = 0;
+           CHECK(NJOBS - 1); FAULT_TAKE }
+#endif
     od
 }
 
