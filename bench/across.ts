@@ -17,6 +17,12 @@
 // Where the loop itself is under a target, the statements miss it, not
 // the worker pool. The last column is the share of the ceiling that the
 // peer target asks for: near 100%, no engine could meet it in that file.
+//
+// `--latency`: instead, the 1,000/s enqueue-to-start target across files:
+// Conveyor's p50 and p99 against the best peer's (medians of that file),
+// and in how many repetitions Conveyor's was lower than that peer's of the
+// same repetition. Files without that cell for Conveyor and a peer are left
+// out.
 // Prints Markdown.
 import { readFileSync } from "node:fs";
 import path from "node:path";
@@ -27,9 +33,11 @@ import {
   CEILING_RATIO_GOAL,
   CEILING_RATIO_LABEL,
   fmtDown,
+  latencyTable,
   noopFigures,
   PEER_RATIO_GOAL,
   PEER_RATIO_LABEL,
+  PEERS,
   type RunRecord,
 } from "./lib/summary.ts";
 import { type ResultsDoc, resultsFiles } from "./render.ts";
@@ -38,24 +46,13 @@ const { values: opt, positionals } = parseArgs({
   options: {
     sizes: { type: "string", default: "10000,100000" },
     since: { type: "string", default: "" },
+    latency: { type: "boolean", default: false },
   },
   allowPositionals: true,
 });
 const SIZES = positiveInts("sizes", String(opt.sizes));
 
 const files = positionals.length ? positionals.map((f) => path.resolve(f)) : resultsFiles();
-
-interface Row {
-  file: string;
-  cpu: string;
-  date: string;
-  n: number;
-  ceiling: number;
-  statements: number;
-  conveyor: number;
-  peer: number;
-  peerId: string;
-}
 
 /**
  * The machine model a file's figures belong to. Files before the CPU's
@@ -67,70 +64,168 @@ function cpuLabel(m: ResultsDoc["machine"]): string {
   return m.cpuId ? `${name} (${m.cpuId.replace(/ stepping .*/, "")})` : name;
 }
 
-const rows: Row[] = [];
-for (const file of files) {
-  const doc = JSON.parse(readFileSync(file, "utf8")) as ResultsDoc;
-  if (doc.date < String(opt.since)) continue;
-  for (const n of SIZES) {
-    const f = noopFigures(doc.runs as RunRecord[], n);
-    if (![f.ceiling, f.statements, f.conveyor].every(Number.isFinite)) continue;
-    rows.push({
-      file: path.basename(file),
-      cpu: cpuLabel(doc.machine),
-      date: doc.date.slice(0, 16).replace("T", " "),
-      n,
-      ceiling: f.ceiling,
-      statements: f.statements,
-      conveyor: f.conveyor,
-      peer: f.bestPeer?.v ?? Number.NaN,
-      peerId: f.bestPeer?.p ?? "–",
-    });
+function throughput() {
+  interface Row {
+    file: string;
+    cpu: string;
+    date: string;
+    n: number;
+    ceiling: number;
+    statements: number;
+    conveyor: number;
+    peer: number;
+    peerId: string;
   }
-}
 
-const pct = (v: number) => (Number.isFinite(v) ? `${fmtDown(v * 100, 1)}%` : "–");
-/**
- * The share of the ceiling that the peer target asks of Conveyor in this
- * file: Conveyor can't pass the ceiling (the same work with nothing
- * around it) but by the host's drift, so where this nears 100% no engine
- * could meet that target, whatever its own cost.
- */
-const demanded = (r: Row) => (PEER_RATIO_GOAL * r.peer) / r.ceiling;
-const x = (v: number) => (Number.isFinite(v) ? `${fmtDown(v, 2)}×` : "–");
-const k = (v: number) => (Number.isFinite(v) ? Math.round(v).toLocaleString("en-US") : "–");
+  const rows: Row[] = [];
+  for (const file of files) {
+    const doc = JSON.parse(readFileSync(file, "utf8")) as ResultsDoc;
+    if (doc.date < String(opt.since)) continue;
+    for (const n of SIZES) {
+      const f = noopFigures(doc.runs as RunRecord[], n);
+      if (![f.ceiling, f.statements, f.conveyor].every(Number.isFinite)) continue;
+      rows.push({
+        file: path.basename(file),
+        cpu: cpuLabel(doc.machine),
+        date: doc.date.slice(0, 16).replace("T", " "),
+        n,
+        ceiling: f.ceiling,
+        statements: f.statements,
+        conveyor: f.conveyor,
+        peer: f.bestPeer?.v ?? Number.NaN,
+        peerId: f.bestPeer?.p ?? "–",
+      });
+    }
+  }
 
-console.log(
-  `| file | CPU | date (UTC) | N | ceiling | bare loop on Conveyor's statements | Conveyor | best peer | statements ÷ ceiling | Conveyor ÷ ceiling | Conveyor ÷ statements | statements ÷ peer | Conveyor ÷ peer | ${PEER_RATIO_LABEL} peer ÷ ceiling |`,
-);
-console.log(
-  "| --- | --- | --- | --: | --: | --: | --: | --- | --: | --: | --: | --: | --: | --: |",
-);
-for (const r of rows) {
+  const pct = (v: number) => (Number.isFinite(v) ? `${fmtDown(v * 100, 1)}%` : "–");
+  /**
+   * The share of the ceiling that the peer target asks of Conveyor in this
+   * file: Conveyor can't pass the ceiling (the same work with nothing
+   * around it) but by the host's drift, so where this nears 100% no engine
+   * could meet that target, whatever its own cost.
+   */
+  const demanded = (r: Row) => (PEER_RATIO_GOAL * r.peer) / r.ceiling;
+  const x = (v: number) => (Number.isFinite(v) ? `${fmtDown(v, 2)}×` : "–");
+  const k = (v: number) => (Number.isFinite(v) ? Math.round(v).toLocaleString("en-US") : "–");
+
   console.log(
-    `| ${r.file} | ${r.cpu} | ${r.date} | ${k(r.n)} | ${k(r.ceiling)} | ${k(r.statements)} | ${k(r.conveyor)} | ${k(r.peer)} (${r.peerId}) | ${pct(r.statements / r.ceiling)} | ${pct(r.conveyor / r.ceiling)} | ${x(r.conveyor / r.statements)} | ${x(r.statements / r.peer)} | ${x(r.conveyor / r.peer)} | ${pct(demanded(r))} |`,
+    `| file | CPU | date (UTC) | N | ceiling | bare loop on Conveyor's statements | Conveyor | best peer | statements ÷ ceiling | Conveyor ÷ ceiling | Conveyor ÷ statements | statements ÷ peer | Conveyor ÷ peer | ${PEER_RATIO_LABEL} peer ÷ ceiling |`,
   );
-}
-
-console.log();
-// Per machine model and size: the figures of one file compare only within it,
-// but how often each target was met is comparable across files.
-for (const cpu of new Set(rows.map((r) => r.cpu))) {
-  for (const n of SIZES) {
-    const at = rows.filter((r) => r.cpu === cpu && r.n === n);
-    if (at.length === 0) continue;
-    const count = (f: (r: Row) => boolean) => at.filter(f).length;
-    const engine = at.map((r) => r.conveyor / r.statements);
-    const asked = at.map(demanded).filter(Number.isFinite);
-    const share = at.map((r) => r.conveyor / r.ceiling);
+  console.log(
+    "| --- | --- | --- | --: | --: | --: | --: | --- | --: | --: | --: | --: | --: | --: |",
+  );
+  for (const r of rows) {
     console.log(
-      `- ${cpu}, N = ${k(n)}, ${at.length} files: Conveyor met ${CEILING_RATIO_LABEL} of the ceiling in ` +
-        `${count((r) => r.conveyor / r.ceiling >= CEILING_RATIO_GOAL)} and ${PEER_RATIO_LABEL} the best peer in ` +
-        `${count((r) => r.conveyor / r.peer >= PEER_RATIO_GOAL)}; the bare loop on its statements in ` +
-        `${count((r) => r.statements / r.ceiling >= CEILING_RATIO_GOAL)} and ${count((r) => r.statements / r.peer >= PEER_RATIO_GOAL)}. ` +
-        `Conveyor ÷ that loop ${x(Math.min(...engine))}-${x(Math.max(...engine))} (median ${x(median(engine))}). ` +
-        `${PEER_RATIO_LABEL} the best peer asked for ${pct(Math.min(...asked))}-${pct(Math.max(...asked))} of the ceiling ` +
-        `(median ${pct(median(asked))}; over 90% in ${asked.filter((a) => a > 0.9).length}); Conveyor ran at ` +
-        `${pct(Math.min(...share))}-${pct(Math.max(...share))} of it (median ${pct(median(share))}).`,
+      `| ${r.file} | ${r.cpu} | ${r.date} | ${k(r.n)} | ${k(r.ceiling)} | ${k(r.statements)} | ${k(r.conveyor)} | ${k(r.peer)} (${r.peerId}) | ${pct(r.statements / r.ceiling)} | ${pct(r.conveyor / r.ceiling)} | ${x(r.conveyor / r.statements)} | ${x(r.statements / r.peer)} | ${x(r.conveyor / r.peer)} | ${pct(demanded(r))} |`,
     );
   }
+
+  console.log();
+  // Per machine model and size: the figures of one file compare only within it,
+  // but how often each target was met is comparable across files.
+  for (const cpu of new Set(rows.map((r) => r.cpu))) {
+    for (const n of SIZES) {
+      const at = rows.filter((r) => r.cpu === cpu && r.n === n);
+      if (at.length === 0) continue;
+      const count = (f: (r: Row) => boolean) => at.filter(f).length;
+      const engine = at.map((r) => r.conveyor / r.statements);
+      const asked = at.map(demanded).filter(Number.isFinite);
+      const share = at.map((r) => r.conveyor / r.ceiling);
+      console.log(
+        `- ${cpu}, N = ${k(n)}, ${at.length} files: Conveyor met ${CEILING_RATIO_LABEL} of the ceiling in ` +
+          `${count((r) => r.conveyor / r.ceiling >= CEILING_RATIO_GOAL)} and ${PEER_RATIO_LABEL} the best peer in ` +
+          `${count((r) => r.conveyor / r.peer >= PEER_RATIO_GOAL)}; the bare loop on its statements in ` +
+          `${count((r) => r.statements / r.ceiling >= CEILING_RATIO_GOAL)} and ${count((r) => r.statements / r.peer >= PEER_RATIO_GOAL)}. ` +
+          `Conveyor ÷ that loop ${x(Math.min(...engine))}-${x(Math.max(...engine))} (median ${x(median(engine))}). ` +
+          `${PEER_RATIO_LABEL} the best peer asked for ${pct(Math.min(...asked))}-${pct(Math.max(...asked))} of the ceiling ` +
+          `(median ${pct(median(asked))}; over 90% in ${asked.filter((a) => a > 0.9).length}); Conveyor ran at ` +
+          `${pct(Math.min(...share))}-${pct(Math.max(...share))} of it (median ${pct(median(share))}).`,
+      );
+    }
+  }
 }
+
+/** Enqueue-to-start latency at 1,000/s of one system in one file, per repetition. */
+function perRep(runs: RunRecord[], system: string, q: "p50" | "p99"): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const r of runs) {
+    const v = r.result?.[q];
+    if (r.phase !== "latency" || r.params.rate !== 1_000 || r.system !== system) continue;
+    if (r.status === "ok" && typeof v === "number") out.set(r.rep, v);
+  }
+  return out;
+}
+
+function latency() {
+  interface LatencyRow {
+    file: string;
+    cpu: string;
+    date: string;
+    q: "p50" | "p99";
+    conveyor: number;
+    peer: number;
+    peerId: string;
+    /** Repetitions where Conveyor's figure was lower than the peer's of the same repetition. */
+    repsLower: number;
+    reps: number;
+  }
+  const rows: LatencyRow[] = [];
+  for (const file of files) {
+    const doc = JSON.parse(readFileSync(file, "utf8")) as ResultsDoc;
+    if (doc.date < String(opt.since)) continue;
+    const runs = doc.runs as RunRecord[];
+    const t = latencyTable(runs, 1_000);
+    const ours = t.get("conveyor");
+    if (!ours) continue;
+    for (const q of ["p50", "p99"] as const) {
+      // The best peer as the targets take it (bench/lib/summary.ts targets).
+      const peer = PEERS.map((p) => ({ p, v: t.get(p)?.[q] ?? Number.NaN }))
+        .filter((x) => Number.isFinite(x.v))
+        .sort((a, b) => a.v - b.v)[0];
+      if (!peer || !Number.isFinite(ours[q])) continue;
+      const a = perRep(runs, "conveyor", q);
+      const b = perRep(runs, peer.p, q);
+      const paired = [...a.keys()].filter((rep) => b.has(rep));
+      rows.push({
+        file: path.basename(file),
+        cpu: cpuLabel(doc.machine),
+        date: doc.date.slice(0, 16).replace("T", " "),
+        q,
+        conveyor: ours[q],
+        peer: peer.v,
+        peerId: peer.p,
+        repsLower: paired.filter((rep) => (a.get(rep) as number) < (b.get(rep) as number)).length,
+        reps: paired.length,
+      });
+    }
+  }
+  // A difference that rounds to zero prints as 0.00, not -0.00.
+  const ms = (v: number) => (Math.abs(v) < 0.005 ? 0 : v).toFixed(2);
+  console.log(
+    "| file | CPU | date (UTC) | quantile | Conveyor ms | best peer ms | met | reps lower |",
+  );
+  console.log("| --- | --- | --- | --- | --: | --- | --- | --: |");
+  for (const r of rows) {
+    console.log(
+      `| ${r.file} | ${r.cpu} | ${r.date} | ${r.q} | ${ms(r.conveyor)} | ${ms(r.peer)} (${r.peerId}) | ${r.conveyor <= r.peer ? "yes" : "no"} | ${r.repsLower} of ${r.reps} |`,
+    );
+  }
+  console.log();
+  for (const cpu of new Set(rows.map((r) => r.cpu))) {
+    for (const q of ["p50", "p99"] as const) {
+      const at = rows.filter((r) => r.cpu === cpu && r.q === q);
+      if (at.length === 0) continue;
+      const sum = (f: (r: LatencyRow) => number) => at.reduce((n, r) => n + f(r), 0);
+      const diff = at.map((r) => r.conveyor - r.peer);
+      console.log(
+        `- ${cpu}, 1,000/s ${q}, ${at.length} files: met in ${at.filter((r) => r.conveyor <= r.peer).length}; ` +
+          `Conveyor lower in ${sum((r) => r.repsLower)} of ${sum((r) => r.reps)} repetitions; ` +
+          `Conveyor − best peer ${ms(Math.min(...diff))} to ${ms(Math.max(...diff))} ms (median ${ms(median(diff))}).`,
+      );
+    }
+  }
+}
+
+if (opt.latency) latency();
+else throughput();
