@@ -116,10 +116,12 @@ typedef SlotState {
 }
 SlotState sl[NSLOTS];
 unsigned nrel : 2;      /* successful releases so far (bounds versions)      */
-/* The plain job's completion committed with synchronous_commit off and may
- * not be on disk yet: a Postgres crash can undo it (see Reaper). Never
- * cleared by a later flush: nothing reads or changes a completed row, so
- * losing it after later commits is a superset of losing it before them. */
+/* The plain job's completion committed with synchronous_commit off (as with
+ * [worker] durable_completions = false; the default waits, a subset of
+ * this) and may not be on disk yet: a Postgres crash can undo it (see
+ * Reaper). Never cleared by a later flush: nothing reads or changes a
+ * completed row, so losing it after later commits is a superset of losing
+ * it before them. */
 bit unflushed;
 #ifdef BUG_LAZY_FETCH
 /* The bug: the plain job's latest dequeue may not be on disk either. The

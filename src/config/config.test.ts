@@ -140,9 +140,9 @@ describe("config", () => {
     expect(e.line).toBe(2);
   });
 
-  test("durable completions: off by default, on by key, and not a string", () => {
-    expect(load("").worker.durableCompletions).toBe(false);
-    expect(load("[worker]\ndurable_completions = true\n").worker.durableCompletions).toBe(true);
+  test("durable completions: on by default, off by key, and not a string", () => {
+    expect(load("").worker.durableCompletions).toBe(true);
+    expect(load("[worker]\ndurable_completions = false\n").worker.durableCompletions).toBe(false);
     const e = configError(() => load('[worker]\n\ndurable_completions = "yes"\n'));
     expect(e.path).toBe("worker.durable_completions");
     expect(e.line).toBe(3);

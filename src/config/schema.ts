@@ -93,7 +93,7 @@ const workerSchema = z
     effect_isolation: z.enum(EFFECT_ISOLATION).default("rerun"),
     effect_timeout_ms: int(100, DAY_MS).default(DB_CALL_DEADLINE_MS),
     hand_off: z.boolean().default(true),
-    durable_completions: z.boolean().default(false),
+    durable_completions: z.boolean().default(true),
   })
   .strict();
 
@@ -176,7 +176,7 @@ export const configSchema = z
       effect_isolation: "rerun",
       effect_timeout_ms: DB_CALL_DEADLINE_MS,
       hand_off: true,
-      durable_completions: false,
+      durable_completions: true,
     }),
     queues: z
       .record(z.string().regex(QUEUE_NAME_RE, "expected a queue name"), queueSchema)

@@ -76,18 +76,24 @@ function completion(db: Db, owner: string, items: Completion[], durable = true) 
  * token must never be issued twice), fail, snooze and the hand-off's insert
  * all wait for theirs.
  *
- * Measured for the 1,000/s latency cells, where a completion commits a
- * moment after each job starts and the next enqueue's commit waited behind
- * its flush: `bench/stalls-ab.ts --patch bench/experiments/lazy-completion.patch
- * --variants bare,handoff --pairs 12` (results/stalls-2026-12-07-lazy-completion.json,
- * 2 cores, fsync on): enqueue-to-start p50 0.775 -> 0.665 ms (lower in 8 of
- * 12 pairs), the bare insert beside it 0.395 -> 0.40 (5 of 12).
+ * Durable by default. Not waiting was meant for the 1,000/s latency
+ * cells, where a completion commits a moment after each job starts and the
+ * next enqueue's commit could wait behind its flush. `bench/stalls-ab.ts
+ * --patch bench/experiments/lazy-completion.patch --variants bare,handoff
+ * --pairs 12` (results/stalls-2026-12-07-lazy-completion.json, 2 cores,
+ * fsync on) put enqueue-to-start p50 at 0.775 -> 0.665 ms (lower in 8 of 12
+ * pairs), but the bench's own latency cells did not follow: `bench/ab.ts
+ * --phase latency --base de346fd --head 8943979 --rounds 10`
+ * (results/ab-2026-12-07-lazy-completion-latency.json), lazy against
+ * durable, 1,000/s p50 median difference +0.012 ms (lower in 5 of 10
+ * rounds), and 100/s p50 +0.206 ms (higher in 9 of 10). A weaker
+ * completion for no measured gain is not the default.
  */
 export async function completeJobsIdempotent(
   db: Db,
   owner: string,
   items: Completion[],
-  durable = false,
+  durable = true,
 ): Promise<Set<string>> {
   if (items.length === 0) return new Set();
   const { count } = await completion(db, owner, items, durable);

@@ -122,7 +122,7 @@ export function createCompleter(
   /** True while no fetch of this worker is in flight (COMPLETER_IDLE_BATCHES). */
   fetchIdle: () => boolean = () => false,
   /** Wait for each batch's WAL flush (completeJobsIdempotent's `durable`). */
-  durable = false,
+  durable = true,
 ): Completer {
   const queue: Waiting[] = [];
 

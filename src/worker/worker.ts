@@ -108,11 +108,11 @@ export const workerOptionsSchema = z
     handOff: z.boolean().default(true),
     /**
      * Wait for each batch of plain completions to reach the disk before
-     * reporting its jobs completed (default false: the batch commits with
-     * synchronous_commit off, and only a Postgres crash in the moment after
-     * can undo it, which runs those jobs again; src/db/outcome.ts).
+     * reporting its jobs completed (default true). False commits the batch
+     * with synchronous_commit off: a Postgres crash in the moment after can
+     * undo it, which runs those jobs again (src/db/outcome.ts).
      */
-    durableCompletions: z.boolean().default(false),
+    durableCompletions: z.boolean().default(true),
     /**
      * ctx.transaction(): most jobs whose effects share one transaction, 1 for
      * a transaction per job. One commit is one WAL flush, so sharing is what
