@@ -344,12 +344,15 @@ async function rss(task: Task, a: Adapter): Promise<Result> {
   const started = counter();
   const samples: RssSample[] = [];
   const t0 = nowMs();
-  const sample = () =>
+  const sample = () => {
+    const m = process.memoryUsage();
     samples.push({
       t: round(nowMs() - t0),
-      rssMb: round(process.memoryUsage.rss() / 1024 / 1024, 1),
+      rssMb: round(m.rss / 1024 / 1024, 1),
+      heapMb: round(m.heapUsed / 1024 / 1024, 1),
       done: started.value,
     });
+  };
   sample();
   const timer = setInterval(sample, task.sampleMs ?? 500);
   await a.start(() => started.add());

@@ -48,6 +48,12 @@ export interface RssSample {
   /** ms since the worker started */
   t: number;
   rssMb: number;
+  /**
+   * The JavaScript heap in use (process.memoryUsage().heapUsed), MB: a step
+   * of RSS that this does not take is the allocator's or native memory,
+   * not live objects. Absent from files before it was recorded.
+   */
+  heapMb?: number;
   done: number;
 }
 
