@@ -159,11 +159,10 @@ const rounds = Array.from({ length: ROUNDS }, (_, i) => i + 1);
 /** Per round, head minus base of `f`, where both have it. */
 function diffs<C extends { round: number; variant: Side }>(
   cells: C[],
-  match: (c: C) => boolean,
   f: (c: C) => number | undefined,
 ): number[] {
   return rounds.flatMap((r) => {
-    const of = (v: Side) => cells.find((c) => c.round === r && c.variant === v && match(c));
+    const of = (v: Side) => cells.find((c) => c.round === r && c.variant === v);
     const a = of("base");
     const b = of("head");
     const x = a && f(a);
@@ -180,16 +179,8 @@ const throughputSummary = () =>
     const at = (r: number, v: Side) =>
       cells.find((c) => c.round === r && c.variant === v) as ThroughputCell;
     const ratios = rounds.map((r) => at(r, "head").jobsPerSec / at(r, "base").jobsPerSec);
-    const serverDiffs = diffs(
-      cells,
-      () => true,
-      (c) => c.serverUsPerJob,
-    );
-    const workerDiffs = diffs(
-      cells,
-      () => true,
-      (c) => c.workerUsPerJob,
-    );
+    const serverDiffs = diffs(cells, (c) => c.serverUsPerJob);
+    const workerDiffs = diffs(cells, (c) => c.workerUsPerJob);
     return {
       n,
       baseJobsPerSec: side(cells, "base", (c) => c.jobsPerSec),
@@ -206,16 +197,8 @@ const throughputSummary = () =>
 const latencySummary = () =>
   RATES.map((rate) => {
     const cells = latencyCells.filter((c) => c.rate === rate);
-    const p50Diffs = diffs(
-      cells,
-      () => true,
-      (c) => c.p50,
-    );
-    const p99Diffs = diffs(
-      cells,
-      () => true,
-      (c) => c.p99,
-    );
+    const p50Diffs = diffs(cells, (c) => c.p50);
+    const p99Diffs = diffs(cells, (c) => c.p99);
     return {
       rate,
       baseP50: round(

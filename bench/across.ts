@@ -64,6 +64,12 @@ function cpuLabel(m: ResultsDoc["machine"]): string {
   return m.cpuId ? `${name} (${m.cpuId.replace(/ stepping .*/, "")})` : name;
 }
 
+/** The results files to read, parsed, from `--since` on. */
+const docs = () =>
+  files
+    .map((file) => ({ file, doc: JSON.parse(readFileSync(file, "utf8")) as ResultsDoc }))
+    .filter(({ doc }) => doc.date >= String(opt.since));
+
 function throughput() {
   interface Row {
     file: string;
@@ -78,9 +84,7 @@ function throughput() {
   }
 
   const rows: Row[] = [];
-  for (const file of files) {
-    const doc = JSON.parse(readFileSync(file, "utf8")) as ResultsDoc;
-    if (doc.date < String(opt.since)) continue;
+  for (const { file, doc } of docs()) {
     for (const n of SIZES) {
       const f = noopFigures(doc.runs as RunRecord[], n);
       if (![f.ceiling, f.statements, f.conveyor].every(Number.isFinite)) continue;
@@ -171,9 +175,7 @@ function latency() {
     reps: number;
   }
   const rows: LatencyRow[] = [];
-  for (const file of files) {
-    const doc = JSON.parse(readFileSync(file, "utf8")) as ResultsDoc;
-    if (doc.date < String(opt.since)) continue;
+  for (const { file, doc } of docs()) {
     const runs = doc.runs as RunRecord[];
     const t = latencyTable(runs, 1_000);
     const ours = t.get("conveyor");
