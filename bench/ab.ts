@@ -29,6 +29,7 @@ import { alternate, comparisonOut, run, type Side } from "./lib/checkout.ts";
 import { machine, ROOT, versions } from "./lib/environment.ts";
 import { median, round } from "./lib/stats.ts";
 import { latencyTable, type RunRecord, throughputTable } from "./lib/summary.ts";
+import { FULL } from "./plan.ts";
 
 const { values: opt } = parseArgs({
   options: {
@@ -58,8 +59,8 @@ const HEAD_ENV = Object.fromEntries(
   }),
 );
 
-/** The latency phase's rates (bench/plan.ts), each compared on its own. */
-const RATES = [100, 1_000];
+/** The latency phase's rates (the full profile run.ts uses), each compared on its own. */
+const RATES = FULL.latency.map((l) => l.rate);
 
 interface ThroughputCell {
   round: number;

@@ -28,10 +28,12 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { positiveInts } from "./lib/args.ts";
+import type { SystemId } from "./lib/protocol.ts";
 import { median } from "./lib/stats.ts";
 import {
   CEILING_RATIO_GOAL,
   CEILING_RATIO_LABEL,
+  fastestPeer,
   fmtDown,
   latencyTable,
   noopFigures,
@@ -151,7 +153,7 @@ function throughput() {
 }
 
 /** Enqueue-to-start latency at 1,000/s of one system in one file, per repetition. */
-function perRep(runs: RunRecord[], system: string, q: "p50" | "p99"): Map<number, number> {
+function perRep(runs: RunRecord[], system: SystemId, q: "p50" | "p99"): Map<number, number> {
   const out = new Map<number, number>();
   for (const r of runs) {
     const v = r.result?.[q];
@@ -181,10 +183,7 @@ function latency() {
     const ours = t.get("conveyor");
     if (!ours) continue;
     for (const q of ["p50", "p99"] as const) {
-      // The best peer as the targets take it (bench/lib/summary.ts targets).
-      const peer = PEERS.map((p) => ({ p, v: t.get(p)?.[q] ?? Number.NaN }))
-        .filter((x) => Number.isFinite(x.v))
-        .sort((a, b) => a.v - b.v)[0];
+      const peer = fastestPeer(t, q, PEERS);
       if (!peer || !Number.isFinite(ours[q])) continue;
       const a = perRep(runs, "conveyor", q);
       const b = perRep(runs, peer.p, q);
