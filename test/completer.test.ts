@@ -40,15 +40,7 @@ test("a completion batch waits for its flush by default, not with durable false,
       // The session's own setting (the test cluster's default is off): what
       // the completion must leave behind.
       await pool.sql`set synchronous_commit = on`;
-      const completer = createCompleter(
-        pool.sql,
-        "W",
-        silentLogger,
-        undefined,
-        undefined,
-        undefined,
-        durable,
-      );
+      const completer = createCompleter(pool.sql, "W", silentLogger, { durable });
       expect(await Promise.all(leases.map((l) => completer.complete(l)))).toEqual([
         true,
         true,
@@ -83,14 +75,10 @@ async function onTheWire(
   const leases = await leaseNew(db.sql, queue, "W", n);
   const pool = await countingPool(db, /update conveyor_jobs/, { max: 2, latencyMs: 100 });
   try {
-    const completer = createCompleter(
-      pool.sql,
-      "W",
-      silentLogger,
-      undefined,
-      o.batchesInFlight,
-      o.fetchIdle,
-    );
+    const completer = createCompleter(pool.sql, "W", silentLogger, {
+      batchesInFlight: o.batchesInFlight,
+      fetchIdle: o.fetchIdle,
+    });
     const first = o.firstAlone ? [completer.complete(leases.shift() as Lease)] : [];
     if (o.firstAlone) await Bun.sleep(30);
     const done = Promise.all([...first, ...leases.map((l) => completer.complete(l))]);

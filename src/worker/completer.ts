@@ -113,17 +113,29 @@ function tell(w: Waiting, committed: boolean, error: unknown, logger: Logger) {
   }
 }
 
+export interface CompleterOptions {
+  /** How long one batch's statement may take before that try is given up (withDeadline). Default DB_CALL_DEADLINE_MS. */
+  deadlineMs?: number;
+  /** Batches written at once (COMPLETER_IDLE_BATCHES or more while no fetch is in flight). Default COMPLETER_CONCURRENCY. */
+  batchesInFlight?: number;
+  /** True while no fetch of this worker is in flight (COMPLETER_IDLE_BATCHES). Default: never. */
+  fetchIdle?: () => boolean;
+  /** Wait for each batch's WAL flush (completeJobsIdempotent's `durable`). Default true. */
+  durable?: boolean;
+}
+
 export function createCompleter(
   sql: Pool,
   owner: string,
   logger: Logger,
-  deadlineMs?: number,
-  batchesInFlight: number = COMPLETER_CONCURRENCY,
-  /** True while no fetch of this worker is in flight (COMPLETER_IDLE_BATCHES). */
-  fetchIdle: () => boolean = () => false,
-  /** Wait for each batch's WAL flush (completeJobsIdempotent's `durable`). */
-  durable = true,
+  options: CompleterOptions = {},
 ): Completer {
+  const {
+    deadlineMs,
+    batchesInFlight = COMPLETER_CONCURRENCY,
+    fetchIdle = () => false,
+    durable = true,
+  } = options;
   const queue: Waiting[] = [];
 
   const writeBatch = async (batch: Waiting[]) => {

@@ -188,19 +188,15 @@ export function createWorker(options: WorkerOptions): Worker {
     handlers.set(kind, typeof h === "function" ? { handler: h } : h);
   }
   const kinds = [...handlers.keys()];
-  const completer = createCompleter(
-    sql,
-    owner,
-    logger.child({ component: "completer" }),
-    o.callDeadlineMs,
-    undefined,
+  const completer = createCompleter(sql, owner, logger.child({ component: "completer" }), {
+    deadlineMs: o.callDeadlineMs,
     // No fetch in flight: two completion batches may go (COMPLETER_IDLE_BATCHES).
-    () => {
+    fetchIdle: () => {
       for (const p of producers.values()) if (p.fetching > 0) return false;
       return true;
     },
-    o.durableCompletions,
-  );
+    durable: o.durableCompletions,
+  });
   const effects = createEffectRunner({
     sql,
     owner,
