@@ -66,6 +66,21 @@ function cpuLabel(m: ResultsDoc["machine"]): string {
   return m.cpuId ? `${name} (${m.cpuId.replace(/ stepping .*/, "")})` : name;
 }
 
+/** Where a row's figures come from: the file, its machine model and when it ran. */
+interface Source {
+  file: string;
+  cpu: string;
+  date: string;
+}
+
+function sourceOf(file: string, doc: ResultsDoc): Source {
+  return {
+    file: path.basename(file),
+    cpu: cpuLabel(doc.machine),
+    date: doc.date.slice(0, 16).replace("T", " "),
+  };
+}
+
 /** The results files to read, parsed, from `--since` on. */
 const docs = () =>
   files
@@ -73,10 +88,7 @@ const docs = () =>
     .filter(({ doc }) => doc.date >= String(opt.since));
 
 function throughput() {
-  interface Row {
-    file: string;
-    cpu: string;
-    date: string;
+  interface Row extends Source {
     n: number;
     ceiling: number;
     statements: number;
@@ -91,9 +103,7 @@ function throughput() {
       const f = noopFigures(doc.runs as RunRecord[], n);
       if (![f.ceiling, f.statements, f.conveyor].every(Number.isFinite)) continue;
       rows.push({
-        file: path.basename(file),
-        cpu: cpuLabel(doc.machine),
-        date: doc.date.slice(0, 16).replace("T", " "),
+        ...sourceOf(file, doc),
         n,
         ceiling: f.ceiling,
         statements: f.statements,
@@ -164,10 +174,7 @@ function perRep(runs: RunRecord[], system: SystemId, q: "p50" | "p99"): Map<numb
 }
 
 function latency() {
-  interface LatencyRow {
-    file: string;
-    cpu: string;
-    date: string;
+  interface LatencyRow extends Source {
     q: "p50" | "p99";
     conveyor: number;
     peer: number;
@@ -189,9 +196,7 @@ function latency() {
       const b = perRep(runs, peer.p, q);
       const paired = [...a.keys()].filter((rep) => b.has(rep));
       rows.push({
-        file: path.basename(file),
-        cpu: cpuLabel(doc.machine),
-        date: doc.date.slice(0, 16).replace("T", " "),
+        ...sourceOf(file, doc),
         q,
         conveyor: ours[q],
         peer: peer.v,
