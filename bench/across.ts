@@ -37,6 +37,7 @@ import {
   fmtDown,
   latencyTable,
   noopFigures,
+  ok,
   PEER_RATIO_GOAL,
   PEER_RATIO_LABEL,
   PEERS,
@@ -168,7 +169,7 @@ function perRep(runs: RunRecord[], system: SystemId, q: "p50" | "p99"): Map<numb
   for (const r of runs) {
     const v = r.result?.[q];
     if (r.phase !== "latency" || r.params.rate !== 1_000 || r.system !== system) continue;
-    if (r.status === "ok" && typeof v === "number") out.set(r.rep, v);
+    if (ok(r) && typeof v === "number") out.set(r.rep, v);
   }
   return out;
 }

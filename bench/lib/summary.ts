@@ -45,7 +45,8 @@ export interface SystemFigure {
   settings: SettingFigure[];
 }
 
-const ok = (r: RunRecord) => r.status === "ok" && r.result !== undefined;
+/** A run that finished and recorded its figures. */
+export const ok = (r: RunRecord) => r.status === "ok" && r.result !== undefined;
 
 function bySetting(runs: RunRecord[], value: (r: Result) => number | undefined): SettingFigure[] {
   const groups = new Map<string, RunRecord[]>();
