@@ -54,6 +54,16 @@ export interface RssSample {
    * not live objects. Absent from files before it was recorded.
    */
   heapMb?: number;
+  /** The JavaScript heap's capacity (process.memoryUsage().heapTotal), MB. */
+  heapTotalMb?: number;
+  /** Memory held outside the JavaScript heap by its objects (external + arrayBuffers), MB. */
+  externalMb?: number;
+  /**
+   * Bytes the allocator (mimalloc, under Bun) has committed from the OS, MB:
+   * it includes what was freed but not yet purged back. Absent under Node and
+   * from files before it was recorded.
+   */
+  committedMb?: number;
   done: number;
 }
 
