@@ -339,10 +339,11 @@ async function enqueue(task: Task, a: Adapter): Promise<Result> {
 }
 
 /**
- * Under Bun, a reader of the bytes its allocator (mimalloc) has committed
- * from the OS: RSS that neither heap figure takes but this does is freed
- * memory the allocator has not yet given back. A cheap call (about 15 µs);
- * `heapStats()` would also count every object, tens of ms on a full heap.
+ * Under Bun, a reader of the bytes its allocator (mimalloc) counts as
+ * committed: its live allocations, what was freed and not yet purged, and
+ * pages it purged but still counts (those leave RSS). A cheap call (about
+ * 15 µs); `heapStats()` would also count every object, tens of ms on a full
+ * heap.
  */
 async function allocatorCommitted(): Promise<(() => number) | undefined> {
   if (!(process.versions as Record<string, string | undefined>).bun) return undefined;

@@ -59,9 +59,11 @@ export interface RssSample {
   /** Memory held outside the JavaScript heap by its objects (external + arrayBuffers), MB. */
   externalMb?: number;
   /**
-   * Bytes the allocator (mimalloc, under Bun) has committed from the OS, MB:
-   * it includes what was freed but not yet purged back. Absent under Node and
-   * from files before it was recorded.
+   * Bytes the allocator (mimalloc, under Bun) counts as committed, MB: live
+   * allocations, freed memory not yet purged, and purged pages it still
+   * counts (which RSS no longer does). A step of RSS that this takes and
+   * neither heap figure does is the allocator's. Absent under Node and from
+   * files before it was recorded.
    */
   committedMb?: number;
   done: number;
