@@ -134,9 +134,11 @@ export function readTask(): Task {
   return JSON.parse(raw) as Task;
 }
 
+/** Bun's version when running under Bun, else undefined. */
+const bunVersion = (process.versions as Record<string, string | undefined>).bun;
+
 export function runtimeName(): string {
-  const v = process.versions as Record<string, string | undefined>;
-  return v.bun ? `bun ${v.bun}` : `node ${process.versions.node}`;
+  return bunVersion ? `bun ${bunVersion}` : `node ${process.versions.node}`;
 }
 
 /** Settles the database; returns the cluster's CPU sampler, if /proc shows it. */
@@ -346,7 +348,7 @@ async function enqueue(task: Task, a: Adapter): Promise<Result> {
  * heap.
  */
 async function allocatorCommitted(): Promise<(() => number) | undefined> {
-  if (!(process.versions as Record<string, string | undefined>).bun) return undefined;
+  if (!bunVersion) return undefined;
   const jsc = (await import("bun:jsc")) as { memoryUsage?: () => { currentCommit: number } };
   const read = jsc.memoryUsage;
   return read ? () => read().currentCommit : undefined;
@@ -368,7 +370,7 @@ async function rss(task: Task, a: Adapter): Promise<Result> {
       rssMb: mb(m.rss),
       heapMb: mb(m.heapUsed),
       heapTotalMb: mb(m.heapTotal),
-      externalMb: mb(m.external + m.arrayBuffers),
+      externalMb: mb(m.external),
       ...(committed && { committedMb: mb(committed()) }),
       done: started.value,
     });

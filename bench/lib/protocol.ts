@@ -56,7 +56,12 @@ export interface RssSample {
   heapMb?: number;
   /** The JavaScript heap's capacity (process.memoryUsage().heapTotal), MB. */
   heapTotalMb?: number;
-  /** Memory held outside the JavaScript heap by its objects (external + arrayBuffers), MB. */
+  /**
+   * Memory held outside the JavaScript heap by its objects
+   * (process.memoryUsage().external, which includes arrayBuffers under Bun
+   * and Node), MB. The files of 2026-12-08 recorded external + arrayBuffers,
+   * counting array buffers twice: there it is at most twice the true figure.
+   */
   externalMb?: number;
   /**
    * Bytes the allocator (mimalloc, under Bun) counts as committed, MB: live
